@@ -1,0 +1,205 @@
+"""The toolkit: the set of tools a run may call, and how they are shown to providers."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from .builtins import BUILTIN_NAMES, select_builtins
+from .relay import RELAY_SOURCE
+from .types import Tool, ToolContext, ToolResult
+
+__all__ = ["Toolkit", "create_toolkit", "define_tool"]
+
+
+def _check_relay_collisions(tools: Iterable[Tool]) -> None:
+    clashes = sorted(
+        {t.name for t in tools if t.source == RELAY_SOURCE and t.name in BUILTIN_NAMES}
+    )
+    if clashes:
+        raise ValueError(
+            f"relay tool name(s) {', '.join(clashes)} collides with a built-in tool; "
+            "rename the relay tool"
+        )
+
+
+class Toolkit:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._openai: list[dict[str, Any]] | None = None
+        self._anthropic: list[dict[str, Any]] | None = None
+        for tool in tools:
+            self._add(tool)
+
+    def _add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            warnings.warn(f"duplicate tool {tool.name!r} ignored (first one wins)", stacklevel=3)
+            return
+        self._tools[tool.name] = tool
+        self._openai = self._anthropic = None
+
+    def tools(self) -> list[Tool]:
+        return list(self._tools.values())
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def register(self, *tools: Tool) -> None:
+        """Add tools after construction; a later tool replaces one of the same name."""
+        _check_relay_collisions(tools)
+        for tool in tools:
+            self._tools.pop(tool.name, None)
+            self._add(tool)
+
+    async def execute(
+        self, name: str, args: dict[str, Any] | None, ctx: ToolContext | None = None
+    ) -> ToolResult:
+        tool = self._tools.get(name)
+        if tool is None or tool.execute is None:
+            return ToolResult(f"Unknown tool: {name}", is_error=True)
+        result = tool.execute(args if args is not None else {}, ctx or ToolContext())
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, str):  # a convenience for plain functions returning text
+            return ToolResult(result)
+        if not isinstance(result, ToolResult):
+            return ToolResult(
+                f"tool {name} returned {type(result).__name__}, not a ToolResult", is_error=True
+            )
+        return result
+
+    def skills_prompt(self) -> str:
+        return ""
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        if self._openai is None:
+            self._openai = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
+                for t in self._tools.values()
+            ]
+        return self._openai
+
+    def to_anthropic(self) -> list[dict[str, Any]]:
+        if self._anthropic is None:
+            self._anthropic = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in self._tools.values()
+            ]
+        return self._anthropic
+
+    async def aclose(self) -> None:
+        """Release what the tools hold (nothing yet: no MCP connections in this engine)."""
+
+    async def __aenter__(self) -> Toolkit:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def create_toolkit(
+    *,
+    builtins: Any = True,
+    extra_tools: Iterable[Tool] = (),
+    disable_tools: Iterable[str] = (),
+) -> Toolkit:
+    """Build a toolkit from the builtins (see `builtins` toggles) and the host's own tools.
+
+    A host tool may shadow a builtin of the same name, except a relay tool: a relayed `bash`
+    would let the model believe it runs a local shell, so that is refused outright.
+    """
+    extras = list(extra_tools)
+    _check_relay_collisions(extras)
+    extra_names = {t.name for t in extras}
+    tools = [t for t in select_builtins(builtins) if t.name not in extra_names] + extras
+    disabled = set(disable_tools)
+    return Toolkit(t for t in tools if t.name not in disabled)
+
+
+_NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
+
+_PY_TYPES: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    list: {"type": "array"},
+    dict: {"type": "object"},
+}
+
+
+def _annotation_schema(annotation: Any) -> dict[str, Any]:
+    import typing
+
+    if annotation in _PY_TYPES:
+        return dict(_PY_TYPES[annotation])
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (list, tuple):
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[0] is not Ellipsis:
+            schema["items"] = _annotation_schema(args[0])
+        return schema
+    if origin is dict:
+        return {"type": "object"}
+    if args and type(None) in args:  # Optional[X] / X | None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _annotation_schema(rest[0])
+    return {}
+
+
+def define_tool(fn: Any = None, *, name: str | None = None, description: str | None = None):
+    """Build a `Tool` from a typed function; its parameters become the input schema.
+
+    The function receives keyword arguments and returns a string (or a `ToolResult`).
+    """
+
+    def build(func: Any) -> Tool:
+        sig = inspect.signature(func)
+        hints = inspect.get_annotations(func, eval_str=True)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for pname, param in sig.parameters.items():
+            if pname == "ctx":
+                continue
+            props[pname] = _annotation_schema(hints.get(pname, Any))
+            if param.default is inspect.Parameter.empty:
+                required.append(pname)
+        schema: dict[str, Any] = {"type": "object", "properties": props}
+        if required:
+            schema["required"] = required
+        wants_ctx = "ctx" in sig.parameters
+
+        async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+            kwargs = {k: v for k, v in (args or {}).items() if k in props}
+            if wants_ctx:
+                kwargs["ctx"] = ctx
+            out = func(**kwargs)
+            if inspect.isawaitable(out):
+                out = await out
+            return (
+                out if isinstance(out, ToolResult) else ToolResult("" if out is None else str(out))
+            )
+
+        return Tool(
+            name=_NAME_OK.sub("_", name or func.__name__),
+            description=description or inspect.getdoc(func) or "",
+            input_schema=schema,
+            source="native",
+            execute=execute,
+        )
+
+    return build(fn) if fn is not None else build
