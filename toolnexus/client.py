@@ -55,6 +55,13 @@ def declined_text(request: Request, reason: str | None) -> str:
     return f"declined/expired: {request.prompt} (reason: {reason or 'declined'})"
 
 
+def _check_cancel(state: _RunState) -> None:
+    # Checked between steps too: a fast in-process model may never yield to the race in
+    # `_bounded`, and a set event must stop the run before its next model call.
+    if state.cancel is not None and state.cancel.is_set():
+        raise RunCancelled("run cancelled")
+
+
 def _zero_usage() -> dict[str, int]:
     return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
@@ -79,6 +86,7 @@ class _RunState:
     emit: Emit | None
     cancel: asyncio.Event | None
     turns: int = 0
+    message_index: int = -1  # the transcript index of the assistant message being settled
     usage: dict[str, int] = field(default_factory=_zero_usage)
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -229,6 +237,24 @@ class Client:
     ) -> RunResult:
         state = self._resume_state(messages, pending, answer, None, cancel)
         return await self._bounded(self._drive(toolkit, state, resume=(pending, answer)), cancel)
+
+    async def continue_run(
+        self,
+        toolkit: Toolkit,
+        messages: list[dict[str, Any]],
+        *,
+        cancel: asyncio.Event | None = None,
+    ) -> RunResult:
+        """Carry on from a stored transcript that stopped between steps (a host's worker died).
+
+        An assistant turn whose calls lack results is completed first (recorded results are
+        kept, the rest execute); a transcript that already ends with a final reply is done.
+        Not for halted runs: those resume with `run_with_answer`.
+        """
+        if not messages:
+            raise ResumeError("no transcript supplied: cannot continue an empty run")
+        state = _RunState(list(messages), None, cancel)
+        return await self._bounded(self._drive(toolkit, state, continuing=True), cancel)
 
     def stream(
         self,
@@ -480,15 +506,30 @@ class Client:
         return _RunState(list(messages), emit, cancel)
 
     async def _drive(
-        self, toolkit: Toolkit, state: _RunState, resume: tuple[Request, Answer] | None = None
+        self,
+        toolkit: Toolkit,
+        state: _RunState,
+        resume: tuple[Request, Answer] | None = None,
+        *,
+        continuing: bool = False,
     ) -> RunResult:
+        _check_cancel(state)
         if resume is not None:
             halted = await self._resume_turn(toolkit, state, *resume)
             if halted is not None:
                 return self._finish(state, "pending", halted.prompt, pending=halted)
+        elif continuing:
+            last = state.messages[-1] if state.messages else None
+            if self.dialect.is_final_reply(last):
+                return self._finish(state, "done", self.dialect.text_of(last))
+            if self.dialect.open_turn(state.messages) is not None:
+                halted = await self._resume_turn(toolkit, state, None, None)
+                if halted is not None:
+                    return self._finish(state, "pending", halted.prompt, pending=halted)
         tools = self.dialect.tools_of(toolkit)
         text = ""
         while state.turns < self.max_turns:
+            _check_cancel(state)
             messages, turn_tools = state.messages, tools
             override = await self._hook(
                 "before_llm",
@@ -500,11 +541,18 @@ class Client:
             turn = await self._complete(messages, turn_tools, state.emit)
             for key, value in turn.usage.items():
                 state.usage[key] += value
+            state.messages.append(turn.message)
+            state.message_index = len(state.messages) - 1
             await self._hook(
-                "after_llm", {"response": turn.raw, "model": self.model, "turn": state.turns}
+                "after_llm",
+                {
+                    "response": turn.raw,
+                    "model": self.model,
+                    "turn": state.turns,
+                    "messages": state.messages,
+                },
             )
             state.turns += 1
-            state.messages.append(turn.message)
             text = turn.text
             if not turn.calls:
                 return self._finish(state, "done", text)
@@ -539,17 +587,25 @@ class Client:
         return result
 
     async def _resume_turn(
-        self, toolkit: Toolkit, state: _RunState, pending: Request, answer: Answer
+        self, toolkit: Toolkit, state: _RunState, pending: Request | None, answer: Answer | None
     ) -> Request | None:
-        """Rebuild the halted turn with the answer applied; returns a new request if it halts again."""
+        """Rebuild the halted turn with the answer applied; returns a new request if it halts again.
+
+        Without a pending request and answer, it completes an interrupted turn: calls whose
+        results are in the transcript keep them, the others run now.
+        """
         found = self.dialect.halted_turn(state.messages)
         if found is None:
             raise ResumeError("no halted assistant turn in the transcript: nothing to resume")
         index, calls = found
+        state.message_index = index
         recorded = self.dialect.recorded_results(state.messages, index)
         slots = {c.id: _Slot(c) for c in calls}
         retry: dict[str, Answer] = {}
-        if is_relay_request(pending):
+        halted_ids: set[str] = set()
+        if pending is None or answer is None:
+            pass
+        elif is_relay_request(pending):
             relay_ids = [rc.id for rc in relay_calls_of(pending) if rc.id in slots]
             for position, cid in enumerate(relay_ids):
                 name = slots[cid].call.name
@@ -694,7 +750,12 @@ class Client:
                     args = dict(hooked["args"])
         if result is None:
             ctx = ToolContext(
-                answer=answer, call_id=call.id, arguments=call.raw, cancel=state.cancel, turn=turn
+                answer=answer,
+                call_id=call.id,
+                arguments=call.raw,
+                cancel=state.cancel,
+                turn=turn,
+                message_index=state.message_index,
             )
             result = await self._call_tool(toolkit, call.name, args, ctx)
         request = pending_of(result)

@@ -97,6 +97,28 @@ class Dialect:
     def new_stream_state(self) -> Any:
         raise NotImplementedError
 
+    def text_of(self, message: Any) -> str:
+        raise NotImplementedError
+
+    def is_final_reply(self, message: Any) -> bool:
+        """True for an assistant message that called no tools: the run's answer."""
+        return (
+            isinstance(message, dict)
+            and message.get("role") == "assistant"
+            and self.halted_turn([message]) is None
+        )
+
+    def open_turn(self, messages: list[dict[str, Any]]) -> int | None:
+        """Index of a trailing assistant turn that still lacks results for some calls."""
+        found = self.halted_turn(messages)
+        if found is None:
+            return None
+        index, calls = found
+        if any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages[index + 1 :]):
+            return None
+        recorded = self.recorded_results(messages, index)
+        return index if any(c.id not in recorded for c in calls) else None
+
 
 # -- OpenAI ---------------------------------------------------------------------------------
 
@@ -202,6 +224,10 @@ class _OpenAI(Dialect):
 
     def new_stream_state(self):
         return _OpenAIStream()
+
+    def text_of(self, message):
+        content = message.get("content") if isinstance(message, dict) else None
+        return content if isinstance(content, str) else ""
 
 
 class _OpenAIStream:
@@ -377,6 +403,10 @@ class _Anthropic(Dialect):
 
     def new_stream_state(self):
         return _AnthropicStream()
+
+    def text_of(self, message):
+        content = message.get("content") if isinstance(message, dict) else None
+        return self._text(content) if isinstance(content, list) else ""
 
 
 class _AnthropicStream:

@@ -226,6 +226,9 @@ class ToolContext:
     arguments: str | None = None
     cancel: Any = None  # asyncio.Event | None
     turn: int | None = None
+    # Where the calling assistant turn sits in the transcript: with `call_id`, a key that
+    # stays the same when a stored run is resumed or continued in another process.
+    message_index: int | None = None
 
 
 ExecuteFn = Callable[[dict[str, Any], ToolContext], "ToolResult | Awaitable[ToolResult]"]
