@@ -1,0 +1,182 @@
+"""The built-in `demo` agent: a deterministic in-process model, so the whole flow works
+offline on a fresh machine. It knows four flows, picked from the prompt's words:
+
+- a refund (default): one relay call `refund`, run by a host executor once approved;
+- "question" / "ask": the `question` builtin;
+- "email" / "two" / "both": a refund and an email relayed in ONE model turn;
+- "delete": an approval-gated `delete_account` tool.
+
+After the tools answer, it replies by reading what the tools returned, declines included.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from toolnexus import (
+    InProcessRequest,
+    InProcessResponse,
+    InProcessToolCall,
+    Tool,
+    ToolResult,
+    create_in_process_client,
+)
+from toolnexus.approval import approval_required
+from toolnexus.builtins import create_builtin_tools
+from toolnexus.relay import relay_tool
+
+REFUND_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "order": {"type": "string", "description": "Order number"},
+        "amount": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 10000,
+            "description": "Amount in USD",
+        },
+    },
+    "required": ["order", "amount"],
+    "additionalProperties": False,
+}
+EMAIL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "string"},
+        "subject": {"type": "string"},
+        "body": {"type": "string"},
+    },
+    "required": ["to", "subject", "body"],
+    "additionalProperties": False,
+}
+DELETE_SCHEMA = {
+    "type": "object",
+    "properties": {"account": {"type": "string", "minLength": 1}},
+    "required": ["account"],
+    "additionalProperties": False,
+}
+
+SYSTEM_PROMPT = "You are a support agent. Refunds, emails and deletions need a human's approval."
+
+
+def issue_refund(args: dict[str, Any]) -> str:
+    """The demo's host executor for `refund`: pretend to call the payments system."""
+    return f"refund issued: ${args['amount']} to order {args['order']}"
+
+
+def _delete_account(args: dict[str, Any], ctx: Any) -> ToolResult:
+    return ToolResult(f"account {args['account']} scheduled for deletion")
+
+
+def demo_tools() -> list[Tool]:
+    question = [t for t in create_builtin_tools() if t.name == "question"]
+    return [
+        relay_tool("refund", "Refund an order (runs after a human approves it).", REFUND_SCHEMA),
+        relay_tool("send_email", "Send an email to a customer (a human sends it).", EMAIL_SCHEMA),
+        approval_required(
+            Tool(
+                "delete_account",
+                "Delete a customer account.",
+                DELETE_SCHEMA,
+                execute=_delete_account,
+            ),
+            prompt=lambda name, args: (
+                f"Delete account {args.get('account', '?')}? This cannot be undone."
+            ),
+        ),
+        *question,
+    ]
+
+
+def _first_user_text(messages: list[dict[str, Any]]) -> str:
+    for m in messages:
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            return m["content"]
+    return ""
+
+
+def _plan(prompt: str) -> list[InProcessToolCall]:
+    words = prompt.lower()
+    order = re.search(r"\b[A-Z]-\d{3,}\b", prompt) or re.search(r"#?(\d{4,})", prompt)
+    order_id = order.group(0).lstrip("#") if order else "A-1001"
+    amount_match = re.search(r"\$\s*(\d+(?:\.\d+)?)", prompt) or re.search(
+        r"\b(\d{1,4}(?:\.\d+)?)\s*(?:usd|dollars?)\b", words
+    )
+    amount = float(amount_match.group(1)) if amount_match else 250
+    amount = int(amount) if amount == int(amount) else amount
+    refund = InProcessToolCall("call_refund", "refund", {"order": order_id, "amount": amount})
+    if "question" in words or "ask" in words:
+        questions = [
+            {
+                "question": "Which plan should the customer move to?",
+                "header": "Plan",
+                "options": [{"label": "basic"}, {"label": "pro"}],
+            }
+        ]
+        return [InProcessToolCall("call_question", "question", {"questions": questions})]
+    if "delete" in words:
+        return [InProcessToolCall("call_delete", "delete_account", {"account": "acct-42"})]
+    if "email" in words or "two" in words or "both" in words:
+        email = {
+            "to": "customer@example.com",
+            "subject": f"Your refund for {order_id}",
+            "body": f"We are refunding ${amount}.",
+        }
+        return [refund, InProcessToolCall("call_email", "send_email", email)]
+    return [refund]
+
+
+def _describe(name: str, output: str) -> str:
+    if output.startswith("relay declined for") or output.startswith("declined/expired:"):
+        reason = re.search(r"(?:reason: |: )([^()]*?)\)?$", output)
+        why = reason.group(1) if reason else "declined"
+        return f"I did not run {name}: the reviewer declined it ({why}). I can offer store credit or escalate to a manager instead."
+    if output.startswith(
+        ("unresolved:", "no result supplied", "invalid arguments", "edited arguments")
+    ):
+        return f"{name} did not go through: {output}"
+    if name == "question":
+        try:
+            answer = json.loads(output)
+        except ValueError:
+            answer = output
+        return f"Thanks, noted the answer: {json.dumps(answer, ensure_ascii=False)}."
+    return f"Done with {name}: {output}."
+
+
+def demo_generate(request: InProcessRequest) -> InProcessResponse:
+    messages = request.messages
+    last_assistant = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1
+    )
+    if last_assistant < 0:
+        return InProcessResponse(
+            content="Let me take care of that.",
+            tool_calls=_plan(_first_user_text(messages)),
+            usage={"prompt_tokens": 40, "completion_tokens": 12},
+        )
+    names = {
+        tc["id"]: tc["function"]["name"] for tc in messages[last_assistant].get("tool_calls") or []
+    }
+    results = [m for m in messages[last_assistant + 1 :] if m.get("role") == "tool"]
+    lines = [
+        _describe(names.get(m["tool_call_id"], "the tool"), m.get("content") or "") for m in results
+    ]
+    return InProcessResponse(
+        content=" ".join(lines) or "All done.", usage={"prompt_tokens": 60, "completion_tokens": 30}
+    )
+
+
+def register_demo_agent() -> None:
+    from . import agents
+
+    agents.register(
+        "demo",
+        model=lambda: create_in_process_client(generate=demo_generate, model="demo-in-process"),
+        tools=demo_tools,
+        executors={"refund": issue_refund},
+        system_prompt=SYSTEM_PROMPT,
+        description="Offline demo: refunds, a question, a two-call turn, an approval-gated deletion.",
+    )

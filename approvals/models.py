@@ -1,0 +1,273 @@
+"""Runs, the requests they halt on, the calls inside each request, tool executions, audit.
+
+Nothing outside `approvals.services` (and the worker's runner, through services) writes these
+rows; read them through `approvals.selectors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        PENDING = "pending"
+        DONE = "done"
+        INCOMPLETE = "incomplete"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    agent = models.CharField(max_length=100, db_index=True)
+    prompt = models.TextField()
+    # Anthropic keeps the system prompt outside the transcript: the run keeps its own copy,
+    # so a resume uses the prompt the run started with even if the agent's code changed.
+    system_prompt = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    messages = models.JSONField(
+        default=list, blank=True, help_text="The engine's transcript, exactly as returned."
+    )
+    text = models.TextField(blank=True, default="")
+    usage = models.JSONField(default=dict, blank=True)
+    turns = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="How many times a worker started this run."
+    )
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # A worker holds a run while it executes; a lease that lapses means the worker died.
+    worker_id = models.CharField(max_length=64, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.agent}, {self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in {
+            self.Status.DONE,
+            self.Status.INCOMPLETE,
+            self.Status.FAILED,
+            self.Status.CANCELLED,
+        }
+
+
+class ApprovalRequest(models.Model):
+    """One engine suspension (`toolnexus.Request`) waiting for, or given, a human decision."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        ANSWERED = "answered"
+        DECLINED = "declined"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="requests")
+    agent = models.CharField(max_length=100, help_text="Copied from the run for the inbox filter.")
+    # The engine's wire fields.
+    request_id = models.CharField("request id", max_length=200, unique=True)
+    kind = models.CharField(max_length=50)
+    prompt = models.TextField(blank=True, default="")
+    url = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # The decision.
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    answer = models.JSONField(
+        null=True, blank=True, help_text="The Answer given to the engine, in wire shape."
+    )
+    reason = models.TextField(blank=True, default="")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    # Set once the worker has carried the decision into the run's transcript.
+    applied_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "request"
+        permissions = [("decide_request", "Can approve, answer or decline requests")]
+        indexes = [
+            models.Index(fields=["state", "-created_at", "-id"], name="req_inbox"),
+            models.Index(fields=["state", "agent", "-created_at"], name="req_inbox_agent"),
+            models.Index(fields=["state", "kind", "-created_at"], name="req_inbox_kind"),
+            models.Index(fields=["state", "expires_at"], name="req_expiry"),
+        ]
+        constraints = [
+            # A run waits on at most one open request at a time.
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(state="pending"), name="req_one_open_per_run"
+            ),
+            # A decision is all there or not at all.
+            models.CheckConstraint(
+                condition=(Q(state="pending") & Q(decided_at__isnull=True) & Q(answer__isnull=True))
+                | (~Q(state="pending") & Q(decided_at__isnull=False)),
+                name="req_decision_complete",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} request {self.request_id} ({self.state})"
+
+    @property
+    def is_relay(self) -> bool:
+        return self.kind == "tool_call"
+
+    def to_engine(self):
+        from toolnexus import Request
+
+        return Request.from_dict(self.wire)
+
+    @property
+    def wire(self) -> dict:
+        out = {"id": self.request_id, "kind": self.kind, "prompt": self.prompt}
+        if self.url:
+            out["url"] = self.url
+        if self.data:
+            out["data"] = self.data
+        if self.expires_at:
+            out["expiresAt"] = self.expires_at.isoformat().replace("+00:00", "Z")
+        return out
+
+
+class RequestCall(models.Model):
+    """One tool call a request carries: every relay call of the turn, or the gated call."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve"
+        EDIT = "edit"
+        OUTPUT = "output"
+        DECLINE = "decline"
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="calls")
+    position = models.PositiveSmallIntegerField()
+    call_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200)
+    input = models.JSONField(default=dict, blank=True)
+    arguments = models.TextField(
+        blank=True, default="", help_text="The provider's raw argument string."
+    )
+    decision = models.CharField(max_length=10, choices=Decision.choices, blank=True, default="")
+    edited_input = models.JSONField(null=True, blank=True)
+    output = models.TextField(
+        null=True, blank=True, help_text="Typed by the reviewer, or the executor's result."
+    )
+    is_error = models.BooleanField(default=False)
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["request", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "call_id"], name="call_unique_per_request")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.call_id})"
+
+
+class ToolExecution(models.Model):
+    """A tool the worker executed for real, by call id: a crashed worker never runs it twice.
+
+    `started_at` is committed before the tool runs and `finished_at` right after, so a crash
+    in between is visible as an execution with an unknown outcome, not a silent re-run.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="executions")
+    # Position of the calling assistant message in the transcript: in-process models may
+    # reuse call ids across turns, so the call id alone is not a key.
+    message_index = models.IntegerField()
+    call_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200)
+    input = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    output = models.TextField(blank=True, default="")
+    is_error = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["run", "started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "message_index", "call_id"], name="execution_once_per_call"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.call_id}) for run {self.run_id}"
+
+
+class Event(models.Model):
+    """Append-only audit trail: who changed what, when, and what the model was told."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    request = models.ForeignKey(
+        ApprovalRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=50)
+    from_state = models.CharField(max_length=20, blank=True, default="")
+    to_state = models.CharField(max_length=20, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["run", "created_at"], name="event_run_created")]
+
+    def __str__(self) -> str:
+        return f"{self.action} on run {self.run_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only a hash is stored; the token is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(
+        max_length=12, help_text="The token's first characters, to tell tokens apart."
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @staticmethod
+    def hash(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    @staticmethod
+    def generate() -> str:
+        return "tnx_" + secrets.token_urlsafe(32)

@@ -1,0 +1,3 @@
+"""Websocket routes (consumers arrive with the live inbox)."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,284 @@
+"""The bridge between stored runs and the engine: the only module that drives `toolnexus`.
+
+`execute_run` is what a worker task calls. It claims the run, works out where the run
+stands from the database alone (nothing is kept in process memory between steps), drives the
+engine, checkpoints the transcript after every step, and stores the outcome. It is safe to
+call again for the same run after a crash at any point:
+
+- tools the engine runs are journaled by (transcript position, call id) before they run, so
+  a re-driven turn reuses their results instead of running them twice;
+- relay executors are journaled the same way before the answer is built;
+- a decided request is applied with `run_with_answer` until a checkpoint marks it applied;
+  after that, an interrupted run carries on with `continue_run`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+
+from toolnexus import Answer, RunResult, Tool, ToolContext, ToolResult, create_toolkit, pending_of
+from toolnexus.relay import RelayResult, answer_declined, relay_answer
+
+from . import agents, services
+from .exceptions import LeaseLost
+from .models import ApprovalRequest, RequestCall, Run, ToolExecution
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_OUTCOME = (
+    "the worker stopped while {name} was running, so its outcome is unknown; it was not run again"
+)
+
+
+def execute_run(run_id: int) -> str:
+    """Claim and drive a run to its next stop (done, pending, incomplete or failed)."""
+    worker_id = uuid.uuid4().hex
+    run = services.run_claim(run_id=run_id, worker_id=worker_id)
+    if run is None:
+        return "skipped"  # already taken, finished or cancelled
+    try:
+        agent = agents.require(run.agent)
+        request = _request_to_apply(run)
+        answer = _answer_for(run, agent, request) if request is not None else None
+        result = async_to_sync(_drive)(run, agent, worker_id, request, answer)
+    except LeaseLost as exc:
+        log.warning("%s", exc)
+        return "lease lost"
+    except Exception as exc:  # the run records every failure; the worker carries on
+        log.exception("run %s failed", run_id)
+        services.run_fail(run_id=run_id, worker_id=worker_id, error=f"{type(exc).__name__}: {exc}")
+        return "failed"
+    try:
+        services.run_store_result(
+            run_id=run_id,
+            worker_id=worker_id,
+            result=result,
+            applied_request_pk=request.pk if request else None,
+        )
+    except LeaseLost as exc:
+        log.warning("%s", exc)
+        return "lease lost"
+    return result.status
+
+
+def _request_to_apply(run: Run) -> ApprovalRequest | None:
+    """The decided request whose answer is not yet in the transcript, if any."""
+    return (
+        run.requests.filter(applied_at__isnull=True)
+        .exclude(state=ApprovalRequest.State.PENDING)
+        .prefetch_related("calls")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answer:
+    """The decision as an engine Answer; approved relay calls run their executors first."""
+    if request.answer is not None:
+        return Answer.from_dict(request.answer)
+    message_index = _halted_message_index(run)
+    results = []
+    for call in request.calls.all():
+        if call.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT):
+            output, is_error = _run_executor(run, agent, call, message_index)
+            services.request_call_store_output(call_pk=call.pk, output=output, is_error=is_error)
+        else:
+            output, is_error = call.output or "", call.is_error
+        results.append(RelayResult(call.call_id, output, is_error))
+    answer = (
+        relay_answer(request.request_id, results)
+        if results
+        else answer_declined(request.request_id, "no calls")
+    )
+    services.request_store_answer(request_pk=request.pk, answer=answer)
+    return answer
+
+
+def _halted_message_index(run: Run) -> int:
+    for index in range(len(run.messages) - 1, -1, -1):
+        message = run.messages[index]
+        if message.get("role") == "assistant" and (
+            message.get("tool_calls") or _has_tool_use(message)
+        ):
+            return index
+    return -1
+
+
+def _has_tool_use(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_use" for b in content
+    )
+
+
+def _run_executor(
+    run: Run, agent: agents.Agent, call: RequestCall, message_index: int
+) -> tuple[str, bool]:
+    executor = agent.executor_for(call.tool_name)
+    args = call.edited_input if call.edited_input is not None else call.input
+    if executor is None:
+        return f"no executor is registered for {call.tool_name}", True
+    earlier = services.execution_begin(
+        run_id=run.pk,
+        message_index=message_index,
+        call_id=call.call_id,
+        tool_name=call.tool_name,
+        input=args,
+    )
+    if earlier is not None:
+        return _remembered(earlier)
+    try:
+        out = executor(dict(args))
+        if inspect.isawaitable(out):
+            out = async_to_sync(_await)(out)
+        output, is_error = (
+            (out.output, out.is_error) if isinstance(out, ToolResult) else (str(out), False)
+        )
+    except Exception as exc:
+        output, is_error = f"{call.tool_name} failed: {type(exc).__name__}: {exc}", True
+    services.execution_finish(
+        run_id=run.pk,
+        message_index=message_index,
+        call_id=call.call_id,
+        output=output,
+        is_error=is_error,
+    )
+    return output, is_error
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _remembered(execution: ToolExecution) -> tuple[str, bool]:
+    if execution.finished_at is None:
+        return UNKNOWN_OUTCOME.format(name=execution.tool_name), True
+    return execution.output, execution.is_error
+
+
+def _journaled(tool: Tool, run_id: int) -> Tool:
+    """Wrap a tool so each real execution is recorded by call id before and after it runs.
+
+    Sync tool functions run in the worker's own thread (Django's ORM is sync-only), async
+    ones on the engine's loop.
+    """
+    inner = tool.execute
+    sync_inner = (
+        sync_to_async(inner, thread_sensitive=True)
+        if not inspect.iscoroutinefunction(inner)
+        else None
+    )
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        call_id, index = ctx.call_id, ctx.message_index
+        if not call_id or index is None:
+            return await _invoke(args, ctx)
+        earlier = await sync_to_async(services.execution_begin)(
+            run_id=run_id, message_index=index, call_id=call_id, tool_name=tool.name, input=args
+        )
+        if earlier is not None:
+            output, is_error = _remembered(earlier)
+            return ToolResult(output, is_error=is_error)
+        try:
+            result = await _invoke(args, ctx)
+        except Exception as exc:
+            result = ToolResult(
+                f"tool {tool.name} failed: {type(exc).__name__}: {exc}", is_error=True
+            )
+        if pending_of(result) is not None:  # it suspended: nothing ran, nothing to remember
+            await sync_to_async(services.execution_discard)(
+                run_id=run_id, message_index=index, call_id=call_id
+            )
+        else:
+            await sync_to_async(services.execution_finish)(
+                run_id=run_id,
+                message_index=index,
+                call_id=call_id,
+                output=result.output,
+                is_error=result.is_error,
+            )
+        return result
+
+    async def _invoke(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        out = await sync_inner(args, ctx) if sync_inner is not None else inner(args, ctx)
+        if inspect.isawaitable(
+            out
+        ):  # a sync wrapper (like the approval gate) may hand back a coroutine
+            out = await out
+        return ToolResult(out) if isinstance(out, str) else out
+
+    return Tool(tool.name, tool.description, tool.input_schema, tool.source, execute)
+
+
+def _prepare_tools(agent: agents.Agent, run_id: int) -> list[Tool]:
+    # Relay tools and builtins only suspend or echo answers: nothing to journal.
+    return [
+        t if t.source in ("relay", "builtin") or t.execute is None else _journaled(t, run_id)
+        for t in agent.build_tools()
+    ]
+
+
+async def _drive(
+    run: Run,
+    agent: agents.Agent,
+    worker_id: str,
+    request: ApprovalRequest | None,
+    answer: Answer | None,
+) -> RunResult:
+    applied = {"pk": request.pk if request is not None else None}
+
+    async def checkpoint(info: dict[str, Any]) -> None:
+        await sync_to_async(services.run_checkpoint)(
+            run_id=run.pk,
+            worker_id=worker_id,
+            messages=info["messages"],
+            applied_request_pk=applied["pk"],
+        )
+
+    toolkit = await create_toolkit(builtins=False, extra_tools=_prepare_tools(agent, run.pk))
+    client = agent.build_client(run.system_prompt)
+    client.hooks = _with_checkpoints(client.hooks, checkpoint)
+    async with client, toolkit:
+        if request is not None and answer is not None:
+            return await client.run_with_answer(toolkit, run.messages, request.to_engine(), answer)
+        if run.messages:
+            return await client.continue_run(toolkit, run.messages)
+        return await client.run(run.prompt, toolkit)
+
+
+def _with_checkpoints(hooks: Any, checkpoint: Any) -> dict[str, Any]:
+    """The agent's own hooks, plus a transcript checkpoint after each model reply and turn."""
+    merged: dict[str, Any] = {}
+    for name in ("before_llm", "after_llm", "before_tool", "after_tool", "after_turn"):
+        fn = (
+            hooks.get(name)
+            if isinstance(hooks, dict)
+            else getattr(hooks, name, None)
+            if hooks is not None
+            else None
+        )
+        if fn is not None:
+            merged[name] = fn
+
+    def chain(name: str) -> Any:
+        own = merged.get(name)
+
+        async def hook(info: dict[str, Any]) -> Any:
+            value = None
+            if own is not None:
+                value = own(info)
+                if inspect.isawaitable(value):
+                    value = await value
+            await checkpoint(info)
+            return value
+
+        return hook
+
+    merged["after_llm"] = chain("after_llm")
+    merged["after_turn"] = chain("after_turn")
+    return merged

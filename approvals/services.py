@@ -1,0 +1,769 @@
+"""Every write to runs, requests, executions and the audit trail happens here.
+
+Each state change runs in one transaction, re-reads its rows under `select_for_update`, is
+checked against `ALLOWED_TRANSITIONS`, appends an audit `Event`, and enqueues the follow-up
+task in the SAME transaction (the task queue lives in the same database), so a decision and
+the resume it causes commit together or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from toolnexus import Answer, Request, RunResult
+from toolnexus.relay import RelayResult, answer_declined, decline_text, relay_answer, relay_calls_of
+from toolnexus.schema import schema_errors
+
+from . import agents
+from .exceptions import AlreadyDecided, InvalidInput, InvalidTransition, LeaseLost, NotAllowed
+from .models import ApiToken, ApprovalRequest, Event, RequestCall, Run, ToolExecution
+
+log = logging.getLogger(__name__)
+
+RunStatus = Run.Status
+State = ApprovalRequest.State
+Decision = RequestCall.Decision
+
+ALLOWED_TRANSITIONS: dict[str, dict[str, set[str]]] = {
+    "run": {
+        RunStatus.QUEUED: {RunStatus.RUNNING, RunStatus.CANCELLED},
+        RunStatus.RUNNING: {
+            RunStatus.PENDING,
+            RunStatus.DONE,
+            RunStatus.INCOMPLETE,
+            RunStatus.FAILED,
+            RunStatus.QUEUED,  # recovered after its worker died
+            RunStatus.CANCELLED,
+        },
+        RunStatus.PENDING: {RunStatus.QUEUED, RunStatus.CANCELLED},
+        RunStatus.FAILED: {RunStatus.QUEUED, RunStatus.CANCELLED},
+        RunStatus.INCOMPLETE: set(),
+        RunStatus.DONE: set(),
+        RunStatus.CANCELLED: set(),
+    },
+    "request": {
+        State.PENDING: {
+            State.APPROVED,
+            State.ANSWERED,
+            State.DECLINED,
+            State.EXPIRED,
+            State.CANCELLED,
+        },
+        State.APPROVED: set(),
+        State.ANSWERED: set(),
+        State.DECLINED: set(),
+        State.EXPIRED: set(),
+        State.CANCELLED: set(),
+    },
+}
+
+DECIDE_PERMISSION = "approvals.decide_request"
+START_PERMISSION = "approvals.add_run"
+MAX_PROMPT_CHARS = 20_000
+MAX_REASON_CHARS = 2_000
+MAX_OUTPUT_CHARS = 100_000
+DEFAULT_REASON = "declined"
+
+
+def check_transition(entity: str, current: str, new: str) -> None:
+    if new not in ALLOWED_TRANSITIONS[entity].get(current, set()):
+        raise InvalidTransition(f"a {entity} cannot go from {current} to {new}")
+
+
+def _require(user: Any, permission: str, action: str) -> None:
+    if user is None or not user.is_authenticated or not user.has_perm(permission):
+        raise NotAllowed(f"you do not have permission to {action}")
+
+
+def _event(
+    run: Run,
+    action: str,
+    *,
+    request: ApprovalRequest | None = None,
+    actor: Any = None,
+    from_state: str = "",
+    to_state: str = "",
+    **detail: Any,
+) -> None:
+    Event.objects.create(
+        run=run,
+        request=request,
+        actor=actor if actor is not None and getattr(actor, "is_authenticated", False) else None,
+        action=action,
+        from_state=from_state,
+        to_state=to_state,
+        detail=detail,
+    )
+
+
+def _set_run_status(run: Run, new: str, *, actor: Any = None, action: str, **detail: Any) -> None:
+    old = run.status
+    check_transition("run", old, new)
+    run.status = new
+    run.version += 1
+    _event(run, action, actor=actor, from_state=old, to_state=new, **detail)
+
+
+def _enqueue_execution(run: Run) -> None:
+    from .tasks import execute_run
+
+    execute_run.enqueue(run.pk)
+
+
+def _after_commit(fn: Callable[[], None]) -> None:
+    transaction.on_commit(fn, robust=True)
+
+
+def _notify(*, run_id: int, request_pk: int | None = None) -> None:
+    """Tell live pages after commit (the broadcast module renders and sends)."""
+    from . import broadcast
+
+    _after_commit(lambda: broadcast.changed(run_id=run_id, request_pk=request_pk))
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+def run_start(
+    *, agent: str, prompt: str, started_by: Any = None, check_permission: bool = True
+) -> Run:
+    if check_permission:
+        _require(started_by, START_PERMISSION, "start runs")
+    registered = agents.get(agent) if isinstance(agent, str) else None
+    if registered is None:
+        raise InvalidInput(f"agent: no agent named {agent!r} is registered")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidInput("prompt: must be a non-empty string")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InvalidInput(f"prompt: must be at most {MAX_PROMPT_CHARS} characters")
+    with transaction.atomic():
+        run = Run.objects.create(
+            agent=registered.name,
+            prompt=prompt,
+            system_prompt=registered.system_prompt,
+            started_by=started_by if getattr(started_by, "is_authenticated", False) else None,
+        )
+        _event(run, "run_started", actor=started_by, to_state=run.status, agent=run.agent)
+        _enqueue_execution(run)
+        _notify(run_id=run.pk)
+    return run
+
+
+def run_claim(*, run_id: int, worker_id: str) -> Run | None:
+    """Take a queued run (or one whose worker's lease lapsed) for this worker, or None."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        lapsed = (
+            run.status == RunStatus.RUNNING
+            and run.lease_expires_at is not None
+            and run.lease_expires_at < now
+        )
+        if run.status == RunStatus.QUEUED:
+            _set_run_status(run, RunStatus.RUNNING, action="run_claimed", worker=worker_id)
+        elif lapsed:
+            _event(
+                run,
+                "run_taken_over",
+                from_state=run.status,
+                to_state=run.status,
+                worker=worker_id,
+                previous=run.worker_id,
+            )
+        else:
+            return None
+        run.worker_id = worker_id
+        run.lease_expires_at = now + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
+        run.attempts += 1
+        run.error = ""
+        run.save()
+        _notify(run_id=run.pk)
+    return run
+
+
+def _locked_own_run(run_id: int, worker_id: str) -> Run:
+    run = Run.objects.select_for_update().get(pk=run_id)
+    if run.status != RunStatus.RUNNING or run.worker_id != worker_id:
+        raise LeaseLost(
+            f"run {run_id} is no longer held by worker {worker_id} (status {run.status})"
+        )
+    return run
+
+
+def run_checkpoint(
+    *,
+    run_id: int,
+    worker_id: str,
+    messages: list[dict[str, Any]],
+    applied_request_pk: int | None = None,
+) -> None:
+    """Store the transcript after a step and renew the worker's lease."""
+    with transaction.atomic():
+        run = _locked_own_run(run_id, worker_id)
+        run.messages = messages
+        run.lease_expires_at = timezone.now() + timedelta(
+            seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS
+        )
+        run.save(update_fields=["messages", "lease_expires_at", "updated_at"])
+        if applied_request_pk is not None:
+            ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
+                applied_at=timezone.now()
+            )
+
+
+def _expiry_of(request: Request) -> datetime | None:
+    if request.expires_at:
+        return parse_datetime(request.expires_at.replace("Z", "+00:00").replace("z", "+00:00"))
+    ttl = settings.TOOLNEXUS_REQUEST_TTL_SECONDS
+    return timezone.now() + timedelta(seconds=ttl) if ttl > 0 else None
+
+
+def _create_request(run: Run, request: Request) -> ApprovalRequest:
+    data = request.data or None
+    row = ApprovalRequest.objects.create(
+        run=run,
+        agent=run.agent,
+        request_id=request.id,
+        kind=request.kind,
+        prompt=request.prompt,
+        url=request.url or "",
+        data=data,
+        expires_at=_expiry_of(request),
+    )
+    if request.kind == "tool_call":
+        calls = [
+            RequestCall(
+                request=row,
+                position=i,
+                call_id=c.id,
+                tool_name=c.name,
+                input=c.input,
+                arguments=c.arguments,
+            )
+            for i, c in enumerate(relay_calls_of(request))
+        ]
+    elif data and data.get("callId"):
+        tool = data.get("tool") or ""
+        inp = data.get("input") if isinstance(data.get("input"), dict) else {}
+        calls = [
+            RequestCall(
+                request=row,
+                position=0,
+                call_id=data["callId"],
+                tool_name=tool or request.kind,
+                input=inp,
+                arguments=str(data.get("arguments") or ""),
+            )
+        ]
+    else:
+        calls = []
+    RequestCall.objects.bulk_create(calls)
+    return row
+
+
+def run_store_result(
+    *, run_id: int, worker_id: str, result: RunResult, applied_request_pk: int | None = None
+) -> Run:
+    """Store what an execution ended with: done, incomplete, or halted on a new request."""
+    with transaction.atomic():
+        run = _locked_own_run(run_id, worker_id)
+        run.messages = result.messages
+        run.turns += result.turns
+        run.usage = {k: run.usage.get(k, 0) + v for k, v in result.usage.items()}
+        run.text = result.text if result.status != "pending" else run.text
+        run.worker_id = ""
+        run.lease_expires_at = None
+        if applied_request_pk is not None:
+            ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
+                applied_at=timezone.now()
+            )
+        request_pk = None
+        if result.status == "pending" and result.pending is not None:
+            row = _create_request(run, result.pending)
+            request_pk = row.pk
+            _set_run_status(
+                run,
+                RunStatus.PENDING,
+                action="run_halted",
+                request_id=row.request_id,
+                kind=row.kind,
+            )
+            _event(run, "request_created", request=row, to_state=row.state, prompt=row.prompt)
+        elif result.status == "incomplete":
+            _set_run_status(run, RunStatus.INCOMPLETE, action="run_incomplete", limit=result.limit)
+            run.finished_at = timezone.now()
+        else:
+            _set_run_status(run, RunStatus.DONE, action="run_done", text=result.text[:500])
+            run.finished_at = timezone.now()
+        run.save()
+        _notify(run_id=run.pk, request_pk=request_pk)
+    return run
+
+
+def run_fail(*, run_id: int, worker_id: str, error: str) -> None:
+    with transaction.atomic():
+        try:
+            run = _locked_own_run(run_id, worker_id)
+        except LeaseLost:
+            log.warning("run %s failed in a worker that no longer holds it: %s", run_id, error)
+            return
+        run.error = error[:5000]
+        run.worker_id = ""
+        run.lease_expires_at = None
+        _set_run_status(run, RunStatus.FAILED, action="run_failed", error=error[:500])
+        run.finished_at = timezone.now()
+        run.save()
+        _notify(run_id=run.pk)
+
+
+def run_retry(*, run_id: int, user: Any) -> Run:
+    """Queue a failed run again; it resumes from its stored transcript and decisions."""
+    _require(user, START_PERMISSION, "retry runs")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        _set_run_status(
+            run, RunStatus.QUEUED, actor=user, action="run_retried", previous_error=run.error[:500]
+        )
+        run.error = ""
+        run.finished_at = None
+        run.save()
+        _enqueue_execution(run)
+        _notify(run_id=run.pk)
+    return run
+
+
+def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
+    """Stop a run for good; its open request (if any) is cancelled with it."""
+    _require(user, DECIDE_PERMISSION, "cancel runs")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        open_request = (
+            ApprovalRequest.objects.select_for_update().filter(run=run, state=State.PENDING).first()
+        )
+        if open_request is not None:
+            _decide(
+                open_request,
+                user,
+                State.CANCELLED,
+                answer_declined(open_request.request_id, "cancelled"),
+                reason or "cancelled",
+                resume=False,
+            )
+        _set_run_status(run, RunStatus.CANCELLED, actor=user, action="run_cancelled", reason=reason)
+        run.worker_id = ""
+        run.lease_expires_at = None
+        run.finished_at = timezone.now()
+        run.save()
+        _notify(run_id=run.pk, request_pk=open_request.pk if open_request else None)
+    return run
+
+
+def runs_recover_stale(*, now: datetime | None = None) -> int:
+    """Queue again every running run whose worker stopped renewing its lease."""
+    now = now or timezone.now()
+    recovered = 0
+    for run_id in Run.objects.filter(
+        status=RunStatus.RUNNING, lease_expires_at__lt=now
+    ).values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.select_for_update().get(pk=run_id)
+            if (
+                run.status != RunStatus.RUNNING
+                or run.lease_expires_at is None
+                or run.lease_expires_at >= now
+            ):
+                continue
+            _set_run_status(run, RunStatus.QUEUED, action="run_recovered", worker=run.worker_id)
+            run.worker_id = ""
+            run.lease_expires_at = None
+            run.save()
+            _enqueue_execution(run)
+            _notify(run_id=run.pk)
+            recovered += 1
+    return recovered
+
+
+# -- decisions -----------------------------------------------------------------------------
+
+
+def _lock_request(request_id: str) -> ApprovalRequest:
+    """The request under a row lock, or DoesNotExist; AlreadyDecided if not pending."""
+    row = (
+        ApprovalRequest.objects.select_for_update()
+        .select_related("decided_by")
+        .get(request_id=request_id)
+    )
+    if row.state != State.PENDING:
+        raise AlreadyDecided(
+            request_id=row.request_id,
+            state=row.state,
+            decided_by=row.decided_by.get_username() if row.decided_by else None,
+            decided_at=row.decided_at,
+        )
+    return row
+
+
+def _decide(
+    row: ApprovalRequest,
+    user: Any,
+    new_state: str,
+    answer: Answer | None,
+    reason: str,
+    *,
+    resume: bool = True,
+) -> None:
+    """Write the decision on a locked pending request and, if asked, queue the run's resume."""
+    check_transition("request", row.state, new_state)
+    old = row.state
+    row.state = new_state
+    row.answer = answer.to_dict() if answer is not None else None
+    row.reason = reason
+    row.decided_by = user if getattr(user, "is_authenticated", False) else None
+    row.decided_at = timezone.now()
+    row.save()
+    run = Run.objects.select_for_update().get(pk=row.run_id)
+    _event(
+        run,
+        f"request_{new_state}",
+        request=row,
+        actor=user,
+        from_state=old,
+        to_state=new_state,
+        reason=reason,
+        answer=row.answer,
+        model_reads=_model_reads(row, answer, reason),
+    )
+    # A failed run keeps its decided request: a retry applies it then.
+    if resume and run.status == RunStatus.PENDING:
+        _set_run_status(
+            run, RunStatus.QUEUED, actor=user, action="run_resumed", request_id=row.request_id
+        )
+        run.save()
+        _enqueue_execution(run)
+    _notify(run_id=run.pk, request_pk=row.pk)
+
+
+def _model_reads(row: ApprovalRequest, answer: Answer | None, reason: str) -> str:
+    """The text the model will see for a refusal (kept in the audit trail)."""
+    if answer is None or answer.ok:
+        return ""
+    if row.is_relay:
+        return "; ".join(decline_text(c.tool_name, answer.reason) for c in row.calls.all())
+    return f"declined/expired: {row.prompt} (reason: {answer.reason or DEFAULT_REASON})"
+
+
+def _clean_reason(reason: Any) -> str:
+    if reason is None:
+        return DEFAULT_REASON
+    if not isinstance(reason, str):
+        raise InvalidInput("reason: must be a string")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(f"reason: must be at most {MAX_REASON_CHARS} characters")
+    return reason or DEFAULT_REASON
+
+
+def _clean_output(output: Any, field: str = "output") -> str:
+    if not isinstance(output, str):
+        raise InvalidInput(f"{field}: must be a string")
+    if len(output) > MAX_OUTPUT_CHARS:
+        raise InvalidInput(f"{field}: must be at most {MAX_OUTPUT_CHARS} characters")
+    return output
+
+
+def tool_schema(agent_name: str, tool_name: str) -> dict[str, Any] | None:
+    agent = agents.get(agent_name)
+    if agent is None:
+        return None
+    tool = next((t for t in agent.build_tools() if t.name == tool_name), None)
+    return tool.input_schema if tool is not None else None
+
+
+def _validated_input(value: Any, schema: Mapping[str, Any] | None, field: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{field}: must be an object")
+    problems = schema_errors(dict(value), schema)
+    if problems:
+        raise InvalidInput(f"{field}: " + "; ".join(p.replace("$", field, 1) for p in problems))
+    return dict(value)
+
+
+def request_approve(
+    *,
+    request_id: str,
+    user: Any,
+    input: Any = None,
+    output: Any = None,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ApprovalRequest:
+    """Approve a request: as shown, with edited input, or with a typed output.
+
+    A relay request carrying several calls is decided per call with `calls`:
+    `{call_id: {"decision": "approve"|"output"|"decline", "input": ..., "output": ..., "reason": ...}}`;
+    calls left out are approved as they are.
+    """
+    _require(user, DECIDE_PERMISSION, "decide requests")
+    with transaction.atomic():
+        row = _lock_request(request_id)
+        if row.is_relay:
+            new_state, answer = _decide_relay_calls(row, input=input, output=output, calls=calls)
+            reason = ""
+        else:
+            if calls:
+                raise InvalidInput(
+                    "calls: only a relay request (kind tool_call) is decided per call"
+                )
+            new_state, answer = _decide_single(row, input=input, output=output)
+            reason = ""
+        _decide(row, user, new_state, answer, reason)
+    return row
+
+
+def _decide_single(row: ApprovalRequest, *, input: Any, output: Any) -> tuple[str, Answer]:
+    if input is not None and output is not None:
+        raise InvalidInput("give either input or output, not both")
+    data: dict[str, Any] | None = None
+    if row.kind == "approval":
+        if output is not None:
+            raise InvalidInput("output: an approval runs the tool; edit its input instead")
+        if input is not None:
+            tool = (row.data or {}).get("tool", "")
+            data = {"input": _validated_input(input, tool_schema(row.agent, tool), "input")}
+            RequestCall.objects.filter(request=row).update(
+                decision=Decision.EDIT, edited_input=data["input"]
+            )
+        else:
+            RequestCall.objects.filter(request=row).update(decision=Decision.APPROVE)
+        return State.APPROVED, Answer(id=row.request_id, ok=True, data=data)
+    if input is not None:
+        data = _validated_input(input, (row.data or {}).get("schema"), "input")
+    elif output is not None:
+        data = {"output": _clean_output(output)}
+    return (State.ANSWERED if data else State.APPROVED), Answer(
+        id=row.request_id, ok=True, data=data
+    )
+
+
+def _decide_relay_calls(
+    row: ApprovalRequest, *, input: Any, output: Any, calls: Mapping[str, Mapping[str, Any]] | None
+) -> tuple[str, Answer | None]:
+    call_rows = list(row.calls.select_for_update().order_by("position"))
+    if not call_rows:
+        raise InvalidInput("this relay request carries no calls")
+    if calls is not None and not isinstance(calls, Mapping):
+        raise InvalidInput("calls: must be an object keyed by call id")
+    if (input is not None or output is not None) and len(call_rows) > 1:
+        raise InvalidInput(
+            f"this request carries {len(call_rows)} calls: decide each one with calls"
+        )
+    if calls:
+        unknown = sorted(set(calls) - {c.call_id for c in call_rows})
+        if unknown:
+            raise InvalidInput(f"calls: unknown call id(s) {', '.join(unknown)}")
+    agent = agents.get(row.agent)
+    tools = {t.name: t for t in agent.build_tools()} if agent else {}
+    for call in call_rows:
+        spec = dict((calls or {}).get(call.call_id) or {})
+        if len(call_rows) == 1 and not calls:
+            spec = {"input": input, "output": output}
+        decision = spec.get("decision") or (
+            "output" if spec.get("output") is not None else "approve"
+        )
+        field = f"calls.{call.call_id}"
+        if decision == Decision.DECLINE:
+            call.decision, call.reason = Decision.DECLINE, _clean_reason(spec.get("reason"))
+            call.output, call.is_error = decline_text(call.tool_name, call.reason), True
+        elif decision == Decision.OUTPUT or spec.get("output") is not None:
+            call.decision, call.output = (
+                Decision.OUTPUT,
+                _clean_output(spec.get("output"), f"{field}.output"),
+            )
+            call.is_error = spec.get("is_error") is True
+        elif decision == Decision.APPROVE:
+            if agent is None or agent.executor_for(call.tool_name) is None:
+                raise InvalidInput(
+                    f"{field}: {call.tool_name} has no executor here; type its output instead"
+                )
+            if spec.get("input") is not None:
+                schema = tools[call.tool_name].input_schema if call.tool_name in tools else None
+                call.edited_input = _validated_input(spec["input"], schema, f"{field}.input")
+                call.decision = Decision.EDIT
+            else:
+                call.decision = Decision.APPROVE
+        else:
+            raise InvalidInput(f"{field}.decision: must be approve, output or decline")
+        call.save()
+    if all(c.decision == Decision.DECLINE for c in call_rows):
+        reasons = sorted({c.reason for c in call_rows})
+        return State.DECLINED, answer_declined(
+            row.request_id, reasons[0] if len(reasons) == 1 else "; ".join(reasons)
+        )
+    if any(c.decision in (Decision.APPROVE, Decision.EDIT) for c in call_rows):
+        return State.APPROVED, None  # the worker runs the executors, then builds the answer
+    return State.ANSWERED, relay_answer(
+        row.request_id, [RelayResult(c.call_id, c.output or "", c.is_error) for c in call_rows]
+    )
+
+
+def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalRequest:
+    """Decide with an `Answer` in wire shape, as a host would give the engine."""
+    _require(user, DECIDE_PERMISSION, "decide requests")
+    try:
+        parsed = answer if isinstance(answer, Answer) else Answer.from_dict(answer)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if parsed.id != request_id:
+        raise InvalidInput(
+            f"id: the answer's id {parsed.id!r} does not echo the request id {request_id!r}"
+        )
+    with transaction.atomic():
+        row = _lock_request(request_id)
+        if parsed.ok:
+            results = (parsed.data or {}).get("results")
+            for entry in results if isinstance(results, list) else []:
+                if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
+                    RequestCall.objects.filter(request=row, call_id=entry["id"]).update(
+                        decision=Decision.OUTPUT,
+                        output=str(entry.get("output", "")),
+                        is_error=entry.get("isError") is True,
+                    )
+            _decide(row, user, State.ANSWERED, parsed, "")
+        else:
+            parsed = answer_declined(parsed.id, _clean_reason(parsed.reason))
+            RequestCall.objects.filter(request=row).update(
+                decision=Decision.DECLINE, reason=parsed.reason, is_error=True
+            )
+            _decide(row, user, State.DECLINED, parsed, parsed.reason)
+    return row
+
+
+def request_decline(*, request_id: str, user: Any, reason: Any = "") -> ApprovalRequest:
+    """Refuse a request; the reason (default "declined") reaches the model."""
+    _require(user, DECIDE_PERMISSION, "decide requests")
+    reason = _clean_reason(reason)
+    with transaction.atomic():
+        row = _lock_request(request_id)
+        for call in row.calls.select_for_update():
+            call.decision, call.reason = Decision.DECLINE, reason
+            call.output, call.is_error = decline_text(call.tool_name, reason), True
+            call.save()
+        _decide(row, user, State.DECLINED, answer_declined(row.request_id, reason), reason)
+    return row
+
+
+def request_cancel(*, request_id: str, user: Any, reason: str = "") -> ApprovalRequest:
+    """Cancel the request and stop its run."""
+    row = ApprovalRequest.objects.only("run_id").get(request_id=request_id)
+    run_cancel(run_id=row.run_id, user=user, reason=_clean_reason(reason or "cancelled"))
+    return ApprovalRequest.objects.get(pk=row.pk)
+
+
+def request_expire(*, request_id: str, user: Any = None) -> ApprovalRequest:
+    """Decline an overdue request with reason "expired"; its run resumes."""
+    if user is not None:
+        _require(user, DECIDE_PERMISSION, "expire requests")
+    with transaction.atomic():
+        row = _lock_request(request_id)
+        RequestCall.objects.filter(request=row).update(
+            decision=Decision.DECLINE, reason="expired", is_error=True
+        )
+        _decide(row, user, State.EXPIRED, answer_declined(row.request_id, "expired"), "expired")
+    return row
+
+
+def requests_expire_overdue(*, now: datetime | None = None) -> int:
+    now = now or timezone.now()
+    expired = 0
+    for request_id in ApprovalRequest.objects.filter(
+        state=State.PENDING, expires_at__lte=now
+    ).values_list("request_id", flat=True):
+        try:
+            request_expire(request_id=request_id)
+            expired += 1
+        except (AlreadyDecided, ApprovalRequest.DoesNotExist):
+            continue  # decided by someone else in the meantime
+    return expired
+
+
+def request_store_answer(*, request_pk: int, answer: Answer) -> None:
+    """The worker built a relay answer from executor results: keep it with the decision."""
+    with transaction.atomic():
+        row = ApprovalRequest.objects.select_for_update().get(pk=request_pk)
+        if row.answer is None:
+            row.answer = answer.to_dict()
+            row.save(update_fields=["answer"])
+
+
+def request_call_store_output(*, call_pk: int, output: str, is_error: bool) -> None:
+    RequestCall.objects.filter(pk=call_pk).update(output=output, is_error=is_error)
+
+
+# -- tool execution journal ----------------------------------------------------------------
+
+
+def execution_begin(
+    *, run_id: int, message_index: int, call_id: str, tool_name: str, input: dict[str, Any]
+) -> ToolExecution | None:
+    """Record that a tool is about to run; returns the earlier record if there is one."""
+    with transaction.atomic():
+        key = {"run_id": run_id, "message_index": message_index, "call_id": call_id}
+        existing = ToolExecution.objects.select_for_update().filter(**key).first()
+        if existing is not None:
+            return existing
+        ToolExecution.objects.create(**key, tool_name=tool_name, input=input)
+    return None
+
+
+def execution_finish(
+    *, run_id: int, message_index: int, call_id: str, output: str, is_error: bool
+) -> None:
+    ToolExecution.objects.filter(
+        run_id=run_id, message_index=message_index, call_id=call_id
+    ).update(output=output, is_error=is_error, finished_at=timezone.now())
+
+
+def execution_discard(*, run_id: int, message_index: int, call_id: str) -> None:
+    """The tool suspended instead of running: nothing happened, so nothing to remember."""
+    ToolExecution.objects.filter(
+        run_id=run_id, message_index=message_index, call_id=call_id, finished_at__isnull=True
+    ).delete()
+
+
+# -- API tokens ----------------------------------------------------------------------------
+
+
+def api_token_create(*, user: Any, name: str = "") -> tuple[str, ApiToken]:
+    token = ApiToken.generate()
+    row = ApiToken.objects.create(
+        user=user, name=name[:100], prefix=token[:12], key_hash=ApiToken.hash(token)
+    )
+    return token, row
+
+
+def api_token_authenticate(token: str) -> Any:
+    """The active user a bearer token belongs to, or None."""
+    if not token or len(token) > 200:
+        return None
+    row = (
+        ApiToken.objects.select_related("user")
+        .filter(key_hash=ApiToken.hash(token), revoked_at__isnull=True)
+        .first()
+    )
+    if row is None or not row.user.is_active:
+        return None
+    now = timezone.now()
+    if row.last_used_at is None or now - row.last_used_at > timedelta(minutes=1):
+        ApiToken.objects.filter(pk=row.pk).update(
+            last_used_at=now
+        )  # throttled: not a write per request
+    return row.user
