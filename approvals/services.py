@@ -399,7 +399,7 @@ def runs_recover_stale(*, now: datetime | None = None) -> int:
 def _lock_request(request_id: str) -> ApprovalRequest:
     """The request under a row lock, or DoesNotExist; AlreadyDecided if not pending."""
     row = (
-        ApprovalRequest.objects.select_for_update()
+        ApprovalRequest.objects.select_for_update(of=("self",))
         .select_related("decided_by")
         .get(request_id=request_id)
     )

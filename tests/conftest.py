@@ -1,0 +1,18 @@
+"""Shared fixtures. Engine tests need no Django; app tests get a database per test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_configure(config):
+    # Tests never reach a real model: no key from the developer's shell may leak in.
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"):
+        os.environ.pop(key, None)
+
+
+@pytest.fixture
+def on_postgres(settings):
+    return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
