@@ -13,7 +13,7 @@ from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import HttpRequest
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, ValidationError
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict, StrictBool, StrictStr
 
 from . import selectors, services
@@ -29,11 +29,21 @@ class BearerToken(HttpBearer):
         return user
 
 
+class BrowserSession(SessionAuth):
+    """The browser's session; CSRF is checked only once we know who is asking, so an
+    anonymous caller gets 401 (authenticate first), not a confusing CSRF 403."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
+
+
 api = NinjaAPI(
     title="toolnexus-web API",
     version="1",
     description="Start agent runs, and answer or decline the requests they halt on.",
-    auth=[BearerToken(), django_auth],
+    auth=[BearerToken(), BrowserSession()],
     urls_namespace="api",
 )
 
