@@ -60,8 +60,17 @@ class Agent:
     def executor_for(self, tool_name: str) -> Callable[[dict[str, Any]], Any] | None:
         return self.executors.get(tool_name)
 
+    def tool_schema(self, tool_name: str) -> dict[str, Any] | None:
+        """A tool's input schema (built once per process: pages ask for it per card)."""
+        schemas = _schemas.get(self.name)
+        if schemas is None or schemas[0] is not self:
+            schemas = (self, {t.name: t.input_schema for t in self.build_tools()})
+            _schemas[self.name] = schemas
+        return schemas[1].get(tool_name)
+
 
 _registry: dict[str, Agent] = {}
+_schemas: dict[str, tuple[Agent, dict[str, dict[str, Any]]]] = {}
 _lock = threading.Lock()
 
 

@@ -483,10 +483,7 @@ def _clean_output(output: Any, field: str = "output") -> str:
 
 def tool_schema(agent_name: str, tool_name: str) -> dict[str, Any] | None:
     agent = agents.get(agent_name)
-    if agent is None:
-        return None
-    tool = next((t for t in agent.build_tools() if t.name == tool_name), None)
-    return tool.input_schema if tool is not None else None
+    return agent.tool_schema(tool_name) if agent is not None else None
 
 
 def _validated_input(value: Any, schema: Mapping[str, Any] | None, field: str) -> dict[str, Any]:
@@ -571,7 +568,6 @@ def _decide_relay_calls(
         if unknown:
             raise InvalidInput(f"calls: unknown call id(s) {', '.join(unknown)}")
     agent = agents.get(row.agent)
-    tools = {t.name: t for t in agent.build_tools()} if agent else {}
     for call in call_rows:
         spec = dict((calls or {}).get(call.call_id) or {})
         if len(call_rows) == 1 and not calls:
@@ -595,7 +591,7 @@ def _decide_relay_calls(
                     f"{field}: {call.tool_name} has no executor here; type its output instead"
                 )
             if spec.get("input") is not None:
-                schema = tools[call.tool_name].input_schema if call.tool_name in tools else None
+                schema = agent.tool_schema(call.tool_name)
                 call.edited_input = _validated_input(spec["input"], schema, f"{field}.input")
                 call.decision = Decision.EDIT
             else:

@@ -10,6 +10,7 @@ another one):
   http.client     stdlib keep-alive connection, the two POSTs only      (context)
   httpx-sync      httpx.Client, the two POSTs only                      (context)
   httpx-async     httpx.AsyncClient, the two POSTs only                 (the floor)
+  httpx-async-lean  the same with toolnexus.transport.LeanTransport     (context)
   published       toolnexus 0.21.0 from PyPI, in bench/.venvs/toolnexus-0.21.0
   ours            toolnexus from this repository
 
@@ -207,10 +208,31 @@ def worker_httpx_sync(base_url: str, n: int, warmup: int) -> tuple[list[float], 
 async def worker_httpx_async(
     base_url: str, n: int, warmup: int
 ) -> tuple[list[float], dict[str, Any]]:
+    return await _httpx_async_loop(base_url, n, warmup, None)
+
+
+async def worker_httpx_async_lean(
+    base_url: str, n: int, warmup: int
+) -> tuple[list[float], dict[str, Any]]:
+    # The floor's loop with the transport our engine uses by default, so the table shows
+    # how much of "ours" is the transport and how much the engine.
+    sys.path.insert(0, str(REPO_DIR))
+    try:
+        from toolnexus.transport import LeanTransport
+    except ImportError as exc:
+        raise Skip(f"lean transport not importable: {type(exc).__name__}: {exc}") from exc
+    samples, info = await _httpx_async_loop(base_url, n, warmup, LeanTransport())
+    info["library"] += " + toolnexus.transport.LeanTransport (repo)"
+    return samples, info
+
+
+async def _httpx_async_loop(
+    base_url: str, n: int, warmup: int, transport: Any
+) -> tuple[list[float], dict[str, Any]]:
     import httpx
 
     url = base_url.rstrip("/") + "/chat/completions"
-    async with httpx.AsyncClient(headers=HEADERS, timeout=30) as http:
+    async with httpx.AsyncClient(headers=HEADERS, timeout=30, transport=transport) as http:
 
         async def post(body: dict[str, Any]) -> dict[str, Any]:
             r = await http.post(url, json=body)
@@ -309,6 +331,7 @@ WORKERS: dict[str, Callable[[str, int, int], Any]] = {
     "http.client": worker_http_client,
     "httpx-sync": worker_httpx_sync,
     "httpx-async": worker_httpx_async,
+    "httpx-async-lean": worker_httpx_async_lean,
     "published": worker_published,
     "ours": worker_ours,
 }
@@ -554,6 +577,7 @@ ALL_CLIENTS: list[tuple[str, str]] = [
     ("http.client", "http.client keep-alive, 2 POSTs"),
     ("httpx-sync", "httpx.Client (sync), 2 POSTs"),
     ("httpx-async", "httpx.AsyncClient, 2 POSTs [floor]"),
+    ("httpx-async-lean", "httpx.AsyncClient + lean transport"),
     ("published", f"published toolnexus {PUBLISHED_VERSION}"),
     ("ours", "ours (toolnexus, this repo)"),
 ]

@@ -21,6 +21,7 @@ import httpx
 from .dialects import ANTHROPIC, OPENAI, Call, Dialect, ModelTurn
 from .relay import RELAY_KIND, decline_text, is_relay_request, relay_calls_of, relay_result_for
 from .toolkit import Toolkit
+from .transport import default_transport
 from .types import (
     Answer,
     ModelError,
@@ -366,7 +367,10 @@ class Client:
     def _client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._http is None or (self._owns_http and self._http_loop is not loop):
-            self._http = httpx.AsyncClient(timeout=self._request_timeout)
+            # The lean transport unless a proxy is configured (None keeps httpx's default).
+            self._http = httpx.AsyncClient(
+                timeout=self._request_timeout, transport=default_transport()
+            )
             self._http_loop = loop
         return self._http
 
