@@ -1,37 +1,167 @@
-"""Live push: the one module that knows the channel groups. Called after commit."""
+"""Live push: the one module that knows the channel groups and what goes through them.
+
+After a commit, `changed()` hands the change to a broadcaster thread, which renders the
+affected fragments ONCE (a card and the run's body, each for deciders and for watchers) and
+sends them to the groups; consumers only pick the variant and the swap that fit their page.
+Rendering off the request thread keeps a reviewer's decision response fast, and a push
+failure can never undo a committed decision: pages re-render from the database on
+(re)connect, so a lost message costs a stale view until then, never a lost request.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import close_old_connections
+from django.template.loader import render_to_string
+from django.utils.html import format_html
 
 log = logging.getLogger(__name__)
 
 INBOX_GROUP = "approvals.inbox"
+# Fragments pushed over websockets are rendered without a request: their forms post through
+# htmx, which sends the page's CSRF token as a header (see base.html), so no hidden field.
+NO_REQUEST = {"csrf_token": "NOTPROVIDED"}
+VARIANTS = ("decide", "view")
 
 
 def run_group(run_id: int) -> str:
     return f"approvals.run.{run_id}"
 
 
-def changed(*, run_id: int, request_pk: int | None = None) -> None:
-    """Tell every open inbox and the run's page that something changed.
+_queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+_thread: threading.Thread | None = None
+_thread_lock = threading.Lock()
 
-    Pages re-render from the database on what they receive, so a lost message costs a
-    stale view until the next event or reconnect, never a lost request.
-    """
-    layer = get_channel_layer()
-    if layer is None:
+
+def changed(*, run_id: int, request_pk: int | None = None, created: bool = False) -> None:
+    """Queue a push for a committed change (call after commit)."""
+    _ensure_thread()
+    _queue.put({"run_id": run_id, "request_pk": request_pk, "created": created})
+
+
+def flush(timeout: float = 10) -> None:
+    """Wait until every queued push was sent (tests, and an orderly shutdown)."""
+    done = threading.Event()
+    _queue.put({"flush": done})
+    done.wait(timeout)
+
+
+def _ensure_thread() -> None:
+    global _thread
+    if _thread is not None and _thread.is_alive():
         return
-    message = {"type": "approvals.changed", "run_id": run_id, "request_pk": request_pk}
-    try:
-        async_to_sync(_send)(layer, message, run_id)
-    except Exception:  # a push failure must never undo or fail a committed decision
-        log.exception("live push for run %s failed", run_id)
+    with _thread_lock:
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_loop, name="toolnexus-broadcast", daemon=True)
+            _thread.start()
 
 
-async def _send(layer, message: dict, run_id: int) -> None:
-    await layer.group_send(INBOX_GROUP, message)
-    await layer.group_send(run_group(run_id), message)
+def _loop() -> None:
+    while True:
+        item = _queue.get()
+        if "flush" in item:
+            item["flush"].set()
+            continue
+        try:
+            close_old_connections()
+            send(build_messages(**item))
+        except Exception:
+            log.exception("live push for run %s failed", item.get("run_id"))
+        finally:
+            close_old_connections()
+
+
+def build_messages(
+    *, run_id: int, request_pk: int | None, created: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """The rendered fragments for one change, addressed to their groups."""
+    from .models import ApprovalRequest, Run
+
+    out: list[tuple[str, dict[str, Any]]] = []
+    if request_pk is not None:
+        row = (
+            ApprovalRequest.objects.filter(pk=request_pk)
+            .select_related("run", "decided_by")
+            .prefetch_related("calls")
+            .first()
+        )
+        if row is not None:
+            out.append(
+                (
+                    INBOX_GROUP,
+                    {
+                        "type": "approvals.request",
+                        "request_pk": row.pk,
+                        "agent": row.agent,
+                        "kind": row.kind,
+                        "state": row.state,
+                        "created": created,
+                        "cards": {v: render_card(row, can_decide=v == "decide") for v in VARIANTS},
+                        "toast": _toast(row),
+                    },
+                )
+            )
+    run = Run.objects.filter(pk=run_id).select_related("started_by").first()
+    if run is not None:
+        out.append(
+            (
+                run_group(run_id),
+                {
+                    "type": "approvals.run",
+                    "run_id": run_id,
+                    "bodies": {v: render_run_body(run, can_decide=v == "decide") for v in VARIANTS},
+                },
+            )
+        )
+    return out
+
+
+def send(messages: list[tuple[str, dict[str, Any]]]) -> None:
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return
+    async_to_sync(_send_all)(layer, messages)
+
+
+async def _send_all(layer, messages) -> None:
+    for group, message in messages:
+        await layer.group_send(group, message)
+
+
+def _toast(row) -> str:
+    if row.state == "pending":
+        return format_html("New {} request from {}: {}", row.kind, row.agent, row.prompt[:120])
+    who = row.decided_by.get_username() if row.decided_by else "the system"
+    return format_html("Request {} was {} by {}.", row.request_id, row.state, who)
+
+
+def render_card(row, *, can_decide: bool) -> str:
+    from . import presenters
+
+    card = presenters.request_card(row, can_decide=can_decide)
+    return render_to_string("approvals/inbox.html#request-card", {"card": card, "next_url": "/", **NO_REQUEST})
+
+
+def render_run_body(run, *, can_decide: bool) -> str:
+    from .views import run_context_for
+
+    return render_to_string(
+        "approvals/run_detail.html#run-body", run_context_for(run, can_decide=can_decide)
+    )
+
+
+def render_request_list(user, filters: dict[str, str], page: int | str | None) -> str:
+    from .views import inbox_context
+
+    return render_to_string("approvals/inbox.html#request-list", {**inbox_context(user, filters, page), **NO_REQUEST})
+
+
+def as_oob(html: str, tag: str) -> str:
+    """Mark a fragment's root element for an out-of-band swap by its id."""
+    return html.replace(f"<{tag} ", f'<{tag} hx-swap-oob="true" ', 1)

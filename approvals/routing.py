@@ -1,3 +1,8 @@
-"""Websocket routes (consumers arrive with the live inbox)."""
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/inbox/", consumers.InboxConsumer.as_asgi()),
+    path("ws/runs/<int:run_id>/", consumers.RunConsumer.as_asgi()),
+]

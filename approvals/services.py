@@ -122,11 +122,11 @@ def _after_commit(fn: Callable[[], None]) -> None:
     transaction.on_commit(fn, robust=True)
 
 
-def _notify(*, run_id: int, request_pk: int | None = None) -> None:
+def _notify(*, run_id: int, request_pk: int | None = None, created: bool = False) -> None:
     """Tell live pages after commit (the broadcast module renders and sends)."""
     from . import broadcast
 
-    _after_commit(lambda: broadcast.changed(run_id=run_id, request_pk=request_pk))
+    _after_commit(lambda: broadcast.changed(run_id=run_id, request_pk=request_pk, created=created))
 
 
 # -- runs ----------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def run_store_result(
             _set_run_status(run, RunStatus.DONE, action="run_done", text=result.text[:500])
             run.finished_at = timezone.now()
         run.save()
-        _notify(run_id=run.pk, request_pk=request_pk)
+        _notify(run_id=run.pk, request_pk=request_pk, created=request_pk is not None)
     return run
 
 
@@ -484,6 +484,11 @@ def _clean_output(output: Any, field: str = "output") -> str:
 def tool_schema(agent_name: str, tool_name: str) -> dict[str, Any] | None:
     agent = agents.get(agent_name)
     return agent.tool_schema(tool_name) if agent is not None else None
+
+
+def input_problems(value: Any, schema: Mapping[str, Any] | None) -> list[str]:
+    """What is wrong with edited arguments, each naming the argument."""
+    return [p.replace("$.", "", 1).replace("$", "input", 1) for p in schema_errors(value, schema)]
 
 
 def _validated_input(value: Any, schema: Mapping[str, Any] | None, field: str) -> dict[str, Any]:

@@ -1,0 +1,121 @@
+"""Websocket consumers: authenticated, thin, read-only.
+
+On connect each sends the page's live region re-rendered from the database, so a reconnect
+heals any missed message; afterwards it forwards the broadcaster's pre-rendered fragments
+that fit its page. Nothing here writes: decisions are HTTP POSTs.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils.html import format_html
+
+from . import broadcast
+
+MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving client
+
+
+class _Base(AsyncWebsocketConsumer):
+    permission = ""
+    groups_to_join: list[str] = []
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.can_decide, allowed = await database_sync_to_async(self._permissions)(user)
+        if not allowed:
+            await self.close(code=4403)
+            return
+        self.variant = "decide" if self.can_decide else "view"
+        for group in self.groups():
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.send(text_data=await database_sync_to_async(self.snapshot)(user))
+
+    def _permissions(self, user) -> tuple[bool, bool]:
+        return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
+
+    async def disconnect(self, code: int) -> None:
+        for group in self.groups():
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if (text_data and len(text_data) > MAX_FRAME) or bytes_data:
+            await self.close(code=4400)
+        # Anything else is ignored: the socket only carries server-to-page updates.
+
+    def groups(self) -> list[str]:
+        raise NotImplementedError
+
+    def snapshot(self, user) -> str:
+        raise NotImplementedError
+
+
+class InboxConsumer(_Base):
+    permission = "approvals.view_approvalrequest"
+
+    def groups(self) -> list[str]:
+        return [broadcast.INBOX_GROUP]
+
+    async def connect(self) -> None:
+        from .views import inbox_filters
+
+        query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
+        params = {k: v[0] for k, v in query.items() if v}
+        self.filters = inbox_filters(params)
+        self.page = params.get("page") or 1
+        await super().connect()
+
+    def snapshot(self, user) -> str:
+        return broadcast.as_oob(
+            broadcast.render_request_list(user, self.filters, self.page), "section"
+        )
+
+    def _matches(self, event: dict) -> bool:
+        return (not self.filters["agent"] or self.filters["agent"] == event["agent"]) and (
+            not self.filters["kind"] or self.filters["kind"] == event["kind"]
+        )
+
+    async def approvals_request(self, event: dict) -> None:
+        if not self._matches(event):
+            return
+        card = event["cards"][self.variant]
+        toast = format_html(
+            '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>', event["toast"]
+        )
+        dom_id = f"request-{event['request_pk']}"
+        if self.filters["state"] in ("all", event["state"]):
+            if event["created"] and str(self.page) == "1":
+                html = f'<div hx-swap-oob="afterbegin:#request-cards">{card}</div><div id="inbox-empty" hx-swap-oob="delete"></div>'
+            else:
+                html = broadcast.as_oob(card, "article")
+        else:
+            html = f'<div id="{dom_id}" hx-swap-oob="delete"></div>'
+        await self.send(text_data=html + toast)
+
+
+class RunConsumer(_Base):
+    permission = "approvals.view_run"
+
+    def groups(self) -> list[str]:
+        return [broadcast.run_group(self.scope["url_route"]["kwargs"]["run_id"])]
+
+    def snapshot(self, user) -> str:
+        from .models import Run
+
+        run = (
+            Run.objects.select_related("started_by")
+            .filter(pk=self.scope["url_route"]["kwargs"]["run_id"])
+            .first()
+        )
+        if run is None:
+            return '<div id="run-body" hx-swap-oob="true"><p class="notice error">This run no longer exists.</p></div>'
+        return broadcast.as_oob(broadcast.render_run_body(run, can_decide=self.can_decide), "div")
+
+    async def approvals_run(self, event: dict) -> None:
+        await self.send(text_data=broadcast.as_oob(event["bodies"][self.variant], "div"))

@@ -1,0 +1,132 @@
+"""HTML form fields from a tool's JSON schema, and the submitted values back as JSON.
+
+Flat properties get native inputs (text, number, checkbox, select); anything nested is
+edited as JSON in a textarea. The service validates the result against the schema again,
+so this module only has to be faithful, not strict.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class SchemaField:
+    name: str
+    widget: str  # "text" | "textarea" | "number" | "integer" | "checkbox" | "select" | "json"
+    label: str
+    value: Any
+    required: bool
+    choices: list[Any] | None = None
+    help: str = ""
+
+    @property
+    def html_name(self) -> str:
+        return f"field.{self.name}"
+
+    @property
+    def value_text(self) -> str:
+        if self.widget == "json":
+            return (
+                json.dumps(self.value, indent=2, ensure_ascii=False)
+                if self.value is not None
+                else ""
+            )
+        return "" if self.value is None else str(self.value)
+
+
+def _widget(prop: dict[str, Any], value: Any) -> str:
+    if isinstance(prop.get("enum"), list):
+        return "select"
+    kind = prop.get("type")
+    if kind == "boolean":
+        return "checkbox"
+    if kind in ("number", "integer"):
+        return kind
+    if kind == "string":
+        return (
+            "textarea"
+            if (isinstance(value, str) and (len(value) > 80 or "\n" in value))
+            or prop.get("maxLength", 0) > 200
+            else "text"
+        )
+    return "json"
+
+
+def fields_for(schema: dict[str, Any] | None, values: dict[str, Any]) -> list[SchemaField]:
+    """One field per schema property (in schema order), then any extra keys of `values`."""
+    props = (schema or {}).get("properties") or {}
+    required = set((schema or {}).get("required") or [])
+    fields = []
+    for name, prop in props.items():
+        prop = prop if isinstance(prop, dict) else {}
+        value = values.get(name, prop.get("default"))
+        fields.append(
+            SchemaField(
+                name,
+                _widget(prop, value),
+                prop.get("title") or name,
+                value,
+                name in required,
+                choices=prop.get("enum"),
+                help=prop.get("description", ""),
+            )
+        )
+    for name, value in values.items():
+        if name not in props:
+            fields.append(SchemaField(name, "json", name, value, False))
+    return fields
+
+
+def values_from(schema: dict[str, Any] | None, post: Any) -> tuple[dict[str, Any], list[str]]:
+    """The edited arguments from a POSTed form, and problems that stop parsing."""
+    props = (schema or {}).get("properties") or {}
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    names = list(props) + [k[6:] for k in post if k.startswith("field.") and k[6:] not in props]
+    for name in names:
+        prop = props.get(name) if isinstance(props.get(name), dict) else {}
+        key = f"field.{name}"
+        widget = _widget(prop, None) if name in props else "json"
+        if widget == "checkbox":
+            out[name] = key in post
+            continue
+        if key not in post:
+            continue
+        raw = post.get(key, "")
+        if raw == "" and widget != "text" and widget != "textarea":
+            continue  # left empty: absent (the schema says whether that is allowed)
+        try:
+            if widget == "integer":
+                out[name] = int(raw)
+            elif widget == "number":
+                number = float(raw)
+                out[name] = int(number) if number.is_integer() and "." not in raw else number
+            elif widget == "json":
+                out[name] = json.loads(raw)
+            elif widget == "select":
+                choices = prop.get("enum") or []
+                out[name] = next((c for c in choices if str(c) == raw), raw)
+            else:
+                out[name] = raw
+        except ValueError:
+            problems.append(
+                f"{name}: not a valid {'number' if widget in ('integer', 'number') else 'JSON value'}"
+            )
+    return out, problems
+
+
+def diff(original: dict[str, Any], edited: dict[str, Any]) -> list[dict[str, Any]]:
+    """Changed keys, for the confirmation step: what the reviewer is about to approve."""
+    rows = []
+    for key in list(original) + [k for k in edited if k not in original]:
+        before, after = original.get(key), edited.get(key)
+        if key not in edited:
+            rows.append({"key": key, "before": before, "after": None, "change": "removed"})
+        elif key not in original:
+            rows.append({"key": key, "before": None, "after": after, "change": "added"})
+        elif before != after:
+            rows.append({"key": key, "before": before, "after": after, "change": "changed"})
+    return rows

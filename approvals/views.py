@@ -1,0 +1,400 @@
+"""Reviewer pages. Each view parses, calls one service or selector, and renders.
+
+Every action is a plain form POST that works without JavaScript (post/redirect/get with a
+flash message); with htmx the same POST answers with the card's new HTML, swapped in place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.context_processors import PermWrapper
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from . import agents, presenters, schema_forms, selectors, services
+from .exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
+from .models import ApprovalRequest, Run
+
+PAGE_SIZE = 20
+KINDS = [
+    ("tool_call", "relay call"),
+    ("approval", "approval"),
+    ("question", "question"),
+    ("input", "input"),
+    ("authorization", "authorization"),
+]
+VIEW_REQUESTS = "approvals.view_approvalrequest"
+DECIDE = "approvals.decide_request"
+
+
+def can_decide(user) -> bool:
+    return user.has_perm(DECIDE)
+
+
+# -- inbox ---------------------------------------------------------------------------------
+
+
+def inbox_filters(params) -> dict[str, str]:
+    state = params.get("state") or "pending"
+    if state != "all" and state not in ApprovalRequest.State.values:
+        state = "pending"
+    return {
+        "agent": params.get("agent", "")[:100],
+        "kind": params.get("kind", "")[:50],
+        "state": state,
+    }
+
+
+def inbox_context(user, filters: dict[str, str], page_number) -> dict:
+    qs = selectors.request_list(
+        state=None if filters["state"] == "all" else filters["state"],
+        agent=filters["agent"] or None,
+        kind=filters["kind"] or None,
+    )
+    page = Paginator(qs, PAGE_SIZE).get_page(page_number)
+    decide = can_decide(user)
+    filter_query = urlencode({k: v for k, v in filters.items() if v})
+    return {
+        "nav": "inbox",
+        "filters": filters,
+        "page": page,
+        "cards": [presenters.request_card(row, can_decide=decide) for row in page],
+        "agent_names": [a.name for a in agents.all()],
+        "kinds": KINDS,
+        "states": ApprovalRequest.State.choices,
+        "filter_query": filter_query,
+        "live_query": urlencode({**{k: v for k, v in filters.items() if v}, "page": page.number}),
+        "next_url": f"{reverse('approvals:inbox')}?{filter_query}",
+        "perms": PermWrapper(user),
+    }
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_REQUESTS, raise_exception=True)
+@vary_on_headers("HX-Request")
+def inbox(request: HttpRequest) -> HttpResponse:
+    context = inbox_context(request.user, inbox_filters(request.GET), request.GET.get("page"))
+    template = (
+        "approvals/inbox.html#request-list"
+        if request.htmx and not request.htmx.history_restore_request
+        else "approvals/inbox.html"
+    )
+    return render(request, template, context)
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_REQUESTS, raise_exception=True)
+def request_card(request: HttpRequest, request_id: str) -> HttpResponse:
+    row = _get_request(request_id)
+    return _render_card(request, row)
+
+
+# -- decisions -----------------------------------------------------------------------------
+
+
+def _get_request(request_id: str) -> ApprovalRequest:
+    try:
+        return selectors.request_get(request_id=request_id)
+    except ApprovalRequest.DoesNotExist:
+        raise Http404("no such request") from None
+
+
+def _next_url(request: HttpRequest) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return reverse("approvals:inbox")
+
+
+def _render_card(
+    request: HttpRequest, row: ApprovalRequest, *, message: str = "", level: str = "info"
+) -> HttpResponse:
+    card = presenters.request_card(
+        row, can_decide=can_decide(request.user), message=message, level=level
+    )
+    return render(
+        request, "approvals/inbox.html#request-card", {"card": card, "next_url": _next_url(request)}
+    )
+
+
+def _decide(
+    request: HttpRequest, request_id: str, action: Callable[[], object], done: str
+) -> HttpResponse:
+    """Run a decision service and answer: the card in place (htmx) or a redirect (forms)."""
+    try:
+        action()
+    except ApprovalRequest.DoesNotExist:
+        raise Http404("no such request") from None
+    except NotAllowed as exc:
+        raise PermissionDenied(str(exc)) from None
+    except AlreadyDecided as exc:
+        when = f" at {exc.decided_at:%H:%M:%S} UTC" if exc.decided_at else ""
+        return _outcome(
+            request,
+            request_id,
+            f"Already {exc.state} by {exc.decided_by or 'the system'}{when}: nothing was changed.",
+            "warning",
+        )
+    except ServiceError as exc:
+        return _outcome(request, request_id, str(exc), "error")
+    return _outcome(request, request_id, done, "success")
+
+
+def _outcome(request: HttpRequest, request_id: str, message: str, level: str) -> HttpResponse:
+    if request.htmx:
+        # htmx swaps only 2xx answers: the status lives in the card's message instead.
+        return _render_card(request, _get_request(request_id), message=message, level=level)
+    getattr(messages, level)(request, message)
+    return redirect(_next_url(request))
+
+
+def _decision_view(fn):
+    return require_POST(login_required(fn))
+
+
+@_decision_view
+def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
+    raw = request.POST.get("input")
+    try:
+        edited = json.loads(raw) if raw else None
+    except ValueError:
+        return _outcome(request, request_id, "The edited arguments are not valid JSON.", "error")
+    return _decide(
+        request,
+        request_id,
+        lambda: services.request_approve(request_id=request_id, user=request.user, input=edited),
+        "Approved.",
+    )
+
+
+@_decision_view
+def request_output(request: HttpRequest, request_id: str) -> HttpResponse:
+    output = request.POST.get("output", "")
+    return _decide(
+        request,
+        request_id,
+        lambda: services.request_approve(request_id=request_id, user=request.user, output=output),
+        "Result sent.",
+    )
+
+
+@_decision_view
+def request_decline(request: HttpRequest, request_id: str) -> HttpResponse:
+    reason = request.POST.get("reason", "")
+    return _decide(
+        request,
+        request_id,
+        lambda: services.request_decline(request_id=request_id, user=request.user, reason=reason),
+        "Declined.",
+    )
+
+
+@_decision_view
+def request_calls(request: HttpRequest, request_id: str) -> HttpResponse:
+    """Per-call decisions for a request carrying several relay calls."""
+    row = _get_request(request_id)
+    calls = {}
+    for call in row.calls.all():
+        decision = request.POST.get(f"decision.{call.call_id}", "")
+        spec = {"decision": decision}
+        if decision == "output":
+            spec["output"] = request.POST.get(f"output.{call.call_id}", "")
+        elif decision == "decline":
+            spec["reason"] = request.POST.get(f"reason.{call.call_id}", "")
+        calls[call.call_id] = spec
+    return _decide(
+        request,
+        request_id,
+        lambda: services.request_approve(request_id=request_id, user=request.user, calls=calls),
+        "Decisions sent.",
+    )
+
+
+@_decision_view
+def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
+    """Answer a question (one choice per question) or an input form built from data.schema."""
+    row = _get_request(request_id)
+    if row.kind == "question":
+        answers = {
+            q.text: request.POST.get(f"q.{q.index}", "")
+            for q in presenters.request_card(row, can_decide=True).questions
+        }
+        missing = [text for text, value in answers.items() if not value]
+        if missing:
+            return _outcome(
+                request, request_id, f"Answer every question (missing: {missing[0]}).", "error"
+            )
+        data = {"answers": answers}
+    else:
+        data, problems = schema_forms.values_from((row.data or {}).get("schema"), request.POST)
+        if problems:
+            return _outcome(request, request_id, "; ".join(problems), "error")
+    return _decide(
+        request,
+        request_id,
+        lambda: services.request_approve(request_id=request_id, user=request.user, input=data),
+        "Answer sent.",
+    )
+
+
+@require_http_methods(["POST"])
+@login_required
+def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
+    """Step one of approving with edits: validate and show the diff; step two is approve."""
+    row = _get_request(request_id)
+    if not can_decide(request.user):
+        raise PermissionDenied("you do not have permission to decide requests")
+    call = row.calls.first()
+    if call is None:
+        return _outcome(request, request_id, "This request has no arguments to edit.", "error")
+    schema = services.tool_schema(row.agent, call.tool_name)
+    edited, problems = schema_forms.values_from(schema, request.POST)
+    problems += services.input_problems(edited, schema)
+    if problems:
+        return _outcome(request, request_id, "Not approved: " + "; ".join(problems), "error")
+    if row.state != ApprovalRequest.State.PENDING:
+        return _outcome(
+            request,
+            request_id,
+            f"Already {row.state} by {row.decided_by or 'the system'}: nothing was changed.",
+            "warning",
+        )
+    card = presenters.request_card(row, can_decide=True)
+    context = {
+        "card": card,
+        "tool_name": call.tool_name,
+        "edited": edited,
+        "changes": schema_forms.diff(call.input, edited),
+        "next_url": _next_url(request),
+    }
+    return render(request, "approvals/inbox.html#edit-preview", context)
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+def run_context(user, run: Run) -> dict:
+    return run_context_for(run, can_decide=can_decide(user))
+
+
+def run_context_for(run: Run, *, can_decide: bool) -> dict:
+    decide = can_decide
+    requests = list(run.requests.select_related("decided_by").prefetch_related("calls"))
+    decided_calls = {
+        c.call_id: c
+        for r in requests
+        if r.state != ApprovalRequest.State.PENDING
+        for c in r.calls.all()
+    }
+    open_row = next((r for r in requests if r.state == ApprovalRequest.State.PENDING), None)
+    return {
+        "nav": "runs",
+        "run": run,
+        "can_decide": decide,
+        "entries": presenters.timeline(run.messages, decided_calls),
+        "open_card": presenters.request_card(open_row, can_decide=decide) if open_row else None,
+        "next_url": reverse("approvals:run-detail", args=[run.pk]),
+    }
+
+
+@require_GET
+@login_required
+@permission_required("approvals.view_run", raise_exception=True)
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    try:
+        run = Run.objects.select_related("started_by").get(pk=run_id)
+    except Run.DoesNotExist:
+        raise Http404("no such run") from None
+    return render(request, "approvals/run_detail.html", run_context(request.user, run))
+
+
+@require_GET
+@login_required
+@permission_required("approvals.view_run", raise_exception=True)
+def run_list(request: HttpRequest) -> HttpResponse:
+    page = Paginator(
+        Run.objects.select_related("started_by").order_by("-created_at", "-id"), 50
+    ).get_page(request.GET.get("page"))
+    return render(
+        request, "approvals/run_list.html", {"nav": "runs", "runs": page.object_list, "page": page}
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@permission_required("approvals.add_run", raise_exception=True)
+def run_start(request: HttpRequest) -> HttpResponse:
+    context = {
+        "nav": "start",
+        "agents": agents.all(),
+        "form_agent": "demo",
+        "form_prompt": "",
+        "error": "",
+    }
+    if request.method == "POST":
+        context.update(
+            form_agent=request.POST.get("agent", ""), form_prompt=request.POST.get("prompt", "")
+        )
+        try:
+            run = services.run_start(
+                agent=context["form_agent"], prompt=context["form_prompt"], started_by=request.user
+            )
+        except InvalidInput as exc:
+            context["error"] = str(exc)
+            return render(request, "approvals/run_start.html", context, status=400)
+        return redirect("approvals:run-detail", run.pk)
+    return render(request, "approvals/run_start.html", context)
+
+
+def _run_action(
+    request: HttpRequest, run_id: int, action: Callable[[], object], done: str
+) -> HttpResponse:
+    try:
+        action()
+        messages.success(request, done)
+    except Run.DoesNotExist:
+        raise Http404("no such run") from None
+    except NotAllowed as exc:
+        raise PermissionDenied(str(exc)) from None
+    except ServiceError as exc:
+        messages.warning(request, str(exc))
+    return redirect("approvals:run-detail", run_id)
+
+
+@require_POST
+@login_required
+def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
+    return _run_action(
+        request,
+        run_id,
+        lambda: services.run_retry(run_id=run_id, user=request.user),
+        "Queued again: the run resumes from where it stopped.",
+    )
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    return _run_action(
+        request,
+        run_id,
+        lambda: services.run_cancel(
+            run_id=run_id, user=request.user, reason="cancelled by a reviewer"
+        ),
+        "Run cancelled.",
+    )

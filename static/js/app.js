@@ -1,0 +1,39 @@
+// Small progressive enhancements; every page works without this file.
+(function () {
+  "use strict";
+
+  function pad(n) { return n < 10 ? "0" + n : "" + n; }
+
+  // Expiry countdowns: "expires in 4m 12s", then "expired".
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("[data-expires-at]").forEach(function (el) {
+      var left = Math.round((Date.parse(el.dataset.expiresAt) - now) / 1000);
+      if (isNaN(left)) return;
+      if (left <= 0) { el.textContent = "expired"; el.classList.add("overdue"); return; }
+      var h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
+      el.textContent = "expires in " + (h ? h + "h " + pad(m) + "m" : m ? m + "m " + pad(s) + "s" : s + "s");
+      el.classList.toggle("soon", left < 300);
+    });
+  }
+  setInterval(tick, 1000);
+  document.addEventListener("DOMContentLoaded", tick);
+  document.addEventListener("htmx:afterSettle", tick);
+
+  // Toasts fade after a while; the page keeps the live region for screen readers.
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    document.querySelectorAll("#toasts .toast:not([data-timer])").forEach(function (t) {
+      t.dataset.timer = "1";
+      setTimeout(function () { t.remove(); }, 8000);
+    });
+  });
+
+  // After an in-place decision, keep keyboard focus on the card that changed.
+  document.addEventListener("htmx:afterSwap", function (e) {
+    var card = e.detail && e.detail.target;
+    if (card && card.id && card.id.indexOf("request-") === 0) {
+      var fresh = document.getElementById(card.id);
+      if (fresh) { fresh.setAttribute("tabindex", "-1"); fresh.focus({ preventScroll: true }); }
+    }
+  });
+})();
