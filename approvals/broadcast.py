@@ -10,13 +10,14 @@ failure can never undo a committed decision: pages re-render from the database o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import close_old_connections
 from django.template.loader import render_to_string
 from django.utils.html import format_html
@@ -122,11 +123,26 @@ def build_messages(
     return out
 
 
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def note_server_loop() -> None:
+    """Remember the ASGI server's event loop (consumers call this when they connect)."""
+    global _server_loop
+    _server_loop = asyncio.get_running_loop()
+
+
 def send(messages: list[tuple[str, dict[str, Any]]]) -> None:
     layer = get_channel_layer()
     if layer is None or not messages:
         return
-    async_to_sync(_send_all)(layer, messages)
+    loop = _server_loop
+    if isinstance(layer, InMemoryChannelLayer) and loop is not None and loop.is_running():
+        # The in-memory layer's queues belong to the server's loop and are not thread-safe:
+        # hand the send to that loop instead of running it on a loop of our own.
+        asyncio.run_coroutine_threadsafe(_send_all(layer, messages), loop).result(timeout=10)
+    else:
+        async_to_sync(_send_all)(layer, messages)
 
 
 async def _send_all(layer, messages) -> None:
@@ -145,7 +161,9 @@ def render_card(row, *, can_decide: bool) -> str:
     from . import presenters
 
     card = presenters.request_card(row, can_decide=can_decide)
-    return render_to_string("approvals/inbox.html#request-card", {"card": card, "next_url": "/", **NO_REQUEST})
+    return render_to_string(
+        "approvals/inbox.html#request-card", {"card": card, "next_url": "/", **NO_REQUEST}
+    )
 
 
 def render_run_body(run, *, can_decide: bool) -> str:
@@ -159,7 +177,9 @@ def render_run_body(run, *, can_decide: bool) -> str:
 def render_request_list(user, filters: dict[str, str], page: int | str | None) -> str:
     from .views import inbox_context
 
-    return render_to_string("approvals/inbox.html#request-list", {**inbox_context(user, filters, page), **NO_REQUEST})
+    return render_to_string(
+        "approvals/inbox.html#request-list", {**inbox_context(user, filters, page), **NO_REQUEST}
+    )
 
 
 def as_oob(html: str, tag: str) -> str:

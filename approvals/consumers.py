@@ -20,9 +20,9 @@ MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving 
 
 class _Base(AsyncWebsocketConsumer):
     permission = ""
-    groups_to_join: list[str] = []
 
     async def connect(self) -> None:
+        broadcast.note_server_loop()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
@@ -32,7 +32,7 @@ class _Base(AsyncWebsocketConsumer):
             await self.close(code=4403)
             return
         self.variant = "decide" if self.can_decide else "view"
-        for group in self.groups():
+        for group in self.live_groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.send(text_data=await database_sync_to_async(self.snapshot)(user))
@@ -41,7 +41,7 @@ class _Base(AsyncWebsocketConsumer):
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
 
     async def disconnect(self, code: int) -> None:
-        for group in self.groups():
+        for group in self.live_groups():
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
@@ -49,7 +49,7 @@ class _Base(AsyncWebsocketConsumer):
             await self.close(code=4400)
         # Anything else is ignored: the socket only carries server-to-page updates.
 
-    def groups(self) -> list[str]:
+    def live_groups(self) -> list[str]:
         raise NotImplementedError
 
     def snapshot(self, user) -> str:
@@ -59,7 +59,7 @@ class _Base(AsyncWebsocketConsumer):
 class InboxConsumer(_Base):
     permission = "approvals.view_approvalrequest"
 
-    def groups(self) -> list[str]:
+    def live_groups(self) -> list[str]:
         return [broadcast.INBOX_GROUP]
 
     async def connect(self) -> None:
@@ -102,7 +102,7 @@ class InboxConsumer(_Base):
 class RunConsumer(_Base):
     permission = "approvals.view_run"
 
-    def groups(self) -> list[str]:
+    def live_groups(self) -> list[str]:
         return [broadcast.run_group(self.scope["url_route"]["kwargs"]["run_id"])]
 
     def snapshot(self, user) -> str:

@@ -10,7 +10,13 @@ from .models import ApprovalRequest, RequestCall
 from .schema_forms import SchemaField, fields_for
 
 State = ApprovalRequest.State
-KIND_LABELS = {"tool_call": "tool call", "approval": "approval", "question": "question", "input": "input", "authorization": "sign-in"}
+KIND_LABELS = {
+    "tool_call": "tool call",
+    "approval": "approval",
+    "question": "question",
+    "input": "input",
+    "authorization": "sign-in",
+}
 
 
 @dataclass
