@@ -74,8 +74,10 @@ def _loop() -> None:
             send(build_messages(**item))
         except Exception:
             log.exception("live push for run %s failed", item.get("run_id"))
-        finally:
+        try:
             close_old_connections()
+        except Exception:
+            log.exception("closing the broadcaster's database connection failed")
 
 
 def build_messages(

@@ -96,6 +96,13 @@ class InboxConsumer(_Base):
                 html = broadcast.as_oob(card, "article")
         else:
             html = f'<div id="{dom_id}" hx-swap-oob="delete"></div>'
+        if (
+            self.filters["state"] == "pending"
+            and not self.filters["agent"]
+            and not self.filters["kind"]
+        ):
+            count = event["pending_count"]
+            html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{"" if count == 1 else "s"} pending</p>'
         await self.send(text_data=html + toast)
 
 

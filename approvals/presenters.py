@@ -45,6 +45,15 @@ class RequestCard:
     level: str = "info"
 
     @property
+    def title(self) -> str:
+        """A human headline: relay prompts are machine text ("relay tool call x to ...")."""
+        if self.row.kind == "tool_call" and self.calls:
+            names = [c.call.tool_name for c in self.calls]
+            joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            return f"The agent wants to run {joined}"
+        return self.row.prompt
+
+    @property
     def kind_label(self) -> str:
         return KIND_LABELS.get(self.row.kind, self.row.kind)
 

@@ -69,6 +69,7 @@ def inbox_context(user, filters: dict[str, str], page_number) -> dict:
         "nav": "inbox",
         "filters": filters,
         "page": page,
+        "count": page.paginator.count,
         "cards": [presenters.request_card(row, can_decide=decide) for row in page],
         "agent_names": [a.name for a in agents.all()],
         "kinds": KINDS,
