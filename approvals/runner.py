@@ -37,7 +37,9 @@ UNKNOWN_OUTCOME = (
 
 def execute_run(run_id: int) -> str:
     """Claim and drive a run to its next stop (done, pending, incomplete or failed)."""
-    worker_id = uuid.uuid4().hex
+    from .worker import current_worker_id
+
+    worker_id = f"{current_worker_id()}:{uuid.uuid4().hex[:12]}"
     run = services.run_claim(run_id=run_id, worker_id=worker_id)
     if run is None:
         return "skipped"  # already taken, finished or cancelled

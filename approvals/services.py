@@ -368,6 +368,12 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
     return run
 
 
+def runs_renew_leases(*, worker_prefix: str) -> int:
+    """Extend the leases of the runs held by one worker process (its heartbeat)."""
+    until = timezone.now() + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
+    return Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix).update(lease_expires_at=until)
+
+
 def runs_recover_stale(*, now: datetime | None = None) -> int:
     """Queue again every running run whose worker stopped renewing its lease."""
     now = now or timezone.now()

@@ -25,6 +25,12 @@ log = logging.getLogger(__name__)
 # Set when a task is enqueued in this process (after commit), so an in-process worker starts
 # it at once instead of at its next poll.
 wake = threading.Event()
+_current = threading.local()
+
+
+def current_worker_id() -> str:
+    """The id of the worker running the current task (runs are held under it)."""
+    return getattr(_current, "worker_id", "adhoc")
 
 
 @receiver(task_enqueued)
@@ -64,6 +70,7 @@ class Worker:
             raise
 
     def run_task(self, row: DBTaskResult) -> None:
+        _current.worker_id = self.worker_id
         try:
             result = row.task_result
             value = row.task.call(*result.args, **result.kwargs)
@@ -112,8 +119,21 @@ class Worker:
             except Exception:
                 log.exception("worker maintenance failed")
 
+    def heartbeat(self) -> None:
+        """Keep the leases of the runs this worker holds fresh, however long a step takes;
+        when the worker dies the leases lapse and another worker takes the runs over."""
+        lease = settings.TOOLNEXUS_RUN_LEASE_SECONDS
+        while not self.stop.wait(max(1.0, lease / 3)):
+            try:
+                services.runs_renew_leases(worker_prefix=f"{self.worker_id}:")
+            except Exception:
+                log.exception("worker %s could not renew its leases", self.worker_id)
+            finally:
+                close_old_connections()
+
     def run_forever(self) -> None:
         log.info("worker %s started", self.worker_id)
+        threading.Thread(target=self.heartbeat, name=f"heartbeat-{self.worker_id[:8]}", daemon=True).start()
         while not self.stop.is_set():
             close_old_connections()
             self._maybe_maintain()

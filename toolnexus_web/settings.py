@@ -178,10 +178,11 @@ LOGGING = {
 TOOLNEXUS_AGENT_MODULES = env_list("TOOLNEXUS_AGENT_MODULES")
 # The demo agent's in-process model works offline; set to 0 to hide the demo agent.
 TOOLNEXUS_DEMO_AGENT = env_bool("TOOLNEXUS_DEMO_AGENT", True)
-# A run that is "running" with no checkpoint for this long is taken over by another worker.
-TOOLNEXUS_RUN_LEASE_SECONDS = int(env("TOOLNEXUS_RUN_LEASE_SECONDS", "600"))
+# A running run's lease: its worker's heartbeat renews it every third of this; when the
+# worker dies, another worker takes the run over once it lapses.
+TOOLNEXUS_RUN_LEASE_SECONDS = int(env("TOOLNEXUS_RUN_LEASE_SECONDS", "30"))
 # How often a worker expires overdue requests and recovers abandoned runs.
-TOOLNEXUS_MAINTENANCE_SECONDS = float(env("TOOLNEXUS_MAINTENANCE_SECONDS", "15"))
+TOOLNEXUS_MAINTENANCE_SECONDS = float(env("TOOLNEXUS_MAINTENANCE_SECONDS", "10"))
 # How often an idle worker looks for new tasks.
 TOOLNEXUS_WORKER_INTERVAL = float(env("TOOLNEXUS_WORKER_INTERVAL", "0.2"))
 # Default expiry for requests that carry no expiresAt (0: never).

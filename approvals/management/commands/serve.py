@@ -50,12 +50,19 @@ class Command(BaseCommand):
             password = os.environ.get("TOOLNEXUS_DEMO_PASSWORD") or secrets.token_urlsafe(9)
             for username, role in ensure_demo_accounts(password):
                 self.stdout.write(f"demo account: {username} / {password}  ({role})")
+        worker = thread = None
         if not no_worker:
-            start_in_process_worker()
+            worker, thread = start_in_process_worker()
             self.stdout.write("worker: in-process thread")
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
-        Server(
-            application=application,
-            endpoints=build_endpoint_description_strings(host=host, port=port),
-            verbosity=0,
-        ).run()
+        try:
+            Server(
+                application=application,
+                endpoints=build_endpoint_description_strings(host=host, port=port),
+                verbosity=0,
+            ).run()
+        finally:
+            if worker is not None:
+                # Let the current step finish: its checkpoint is where the next start resumes.
+                worker.stop.set()
+                thread.join(timeout=30)
