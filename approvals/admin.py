@@ -241,7 +241,7 @@ class RunAdmin(ReadOnlyAdmin):
     def messages_pretty(self, obj):
         return pretty_json(obj.messages)
 
-    @admin.action(description="Retry selected failed runs", permissions=["add"])
+    @admin.action(description="Retry selected failed runs", permissions=["retry"])
     def retry_selected(self, request, queryset):
         done = 0
         for run in queryset:
@@ -255,6 +255,9 @@ class RunAdmin(ReadOnlyAdmin):
 
     def has_add_permission(self, request):
         return False  # runs start through the API or the start page, not a bare form
+
+    def has_retry_permission(self, request):
+        return request.user.has_perm("approvals.add_run")
 
 
 @admin.register(Event)

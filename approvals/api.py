@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import HttpRequest
-from ninja import Field, NinjaAPI, Query, Schema
+from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict, StrictBool, StrictStr
@@ -237,7 +237,7 @@ def _can_view(request: HttpRequest, permission: str) -> None:
 @api.post("/runs", response={201: RunOut, **ERRORS}, tags=["runs"], summary="Start a run")
 def start_run(request, payload: RunIn):
     run = services.run_start(agent=payload.agent, prompt=payload.prompt, started_by=request.user)
-    return 201, selectors.run_view(selectors.run_get(run_id=run.pk))
+    return Status(201, selectors.run_view(selectors.run_get(run_id=run.pk)))
 
 
 @api.get(

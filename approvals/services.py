@@ -331,6 +331,11 @@ def run_retry(*, run_id: int, user: Any) -> Run:
     _require(user, START_PERMISSION, "retry runs")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status != RunStatus.FAILED:
+            # Only a failure is retried: a pending run waits for a person, not a worker.
+            raise InvalidTransition(
+                f"run {run.pk} is {run.status}: only a failed run can be retried"
+            )
         _set_run_status(
             run, RunStatus.QUEUED, actor=user, action="run_retried", previous_error=run.error[:500]
         )
@@ -371,7 +376,9 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
 def runs_renew_leases(*, worker_prefix: str) -> int:
     """Extend the leases of the runs held by one worker process (its heartbeat)."""
     until = timezone.now() + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
-    return Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix).update(lease_expires_at=until)
+    return Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix).update(
+        lease_expires_at=until
+    )
 
 
 def runs_recover_stale(*, now: datetime | None = None) -> int:
@@ -404,16 +411,14 @@ def runs_recover_stale(*, now: datetime | None = None) -> int:
 
 def _lock_request(request_id: str) -> ApprovalRequest:
     """The request under a row lock, or DoesNotExist; AlreadyDecided if not pending."""
-    row = (
-        ApprovalRequest.objects.select_for_update(of=("self",))
-        .select_related("decided_by")
-        .get(request_id=request_id)
-    )
+    # Lock the request row alone: a joined row read before the lock wait would be stale.
+    row = ApprovalRequest.objects.select_for_update().get(request_id=request_id)
     if row.state != State.PENDING:
+        decided_by = row.decided_by  # read after the lock: the winner's commit is visible
         raise AlreadyDecided(
             request_id=row.request_id,
             state=row.state,
-            decided_by=row.decided_by.get_username() if row.decided_by else None,
+            decided_by=decided_by.get_username() if decided_by else None,
             decided_at=row.decided_at,
         )
     return row
@@ -570,6 +575,8 @@ def _decide_relay_calls(
         raise InvalidInput("this relay request carries no calls")
     if calls is not None and not isinstance(calls, Mapping):
         raise InvalidInput("calls: must be an object keyed by call id")
+    if input is not None and output is not None:
+        raise InvalidInput("give either input or output, not both")
     if (input is not None or output is not None) and len(call_rows) > 1:
         raise InvalidInput(
             f"this request carries {len(call_rows)} calls: decide each one with calls"
@@ -579,36 +586,38 @@ def _decide_relay_calls(
         if unknown:
             raise InvalidInput(f"calls: unknown call id(s) {', '.join(unknown)}")
     agent = agents.get(row.agent)
+    shorthand = len(call_rows) == 1 and not calls
     for call in call_rows:
         spec = dict((calls or {}).get(call.call_id) or {})
-        if len(call_rows) == 1 and not calls:
+        if shorthand:  # top-level input/output decide the only call
             spec = {"input": input, "output": output}
         decision = spec.get("decision") or (
             "output" if spec.get("output") is not None else "approve"
         )
-        field = f"calls.{call.call_id}"
+        field = "" if shorthand else f"calls.{call.call_id}"
+        prefix = f"{field}." if field else ""
         if decision == Decision.DECLINE:
             call.decision, call.reason = Decision.DECLINE, _clean_reason(spec.get("reason"))
             call.output, call.is_error = decline_text(call.tool_name, call.reason), True
         elif decision == Decision.OUTPUT or spec.get("output") is not None:
             call.decision, call.output = (
                 Decision.OUTPUT,
-                _clean_output(spec.get("output"), f"{field}.output"),
+                _clean_output(spec.get("output"), f"{prefix}output"),
             )
             call.is_error = spec.get("is_error") is True
         elif decision == Decision.APPROVE:
             if agent is None or agent.executor_for(call.tool_name) is None:
                 raise InvalidInput(
-                    f"{field}: {call.tool_name} has no executor here; type its output instead"
+                    f"{field or 'output'}: {call.tool_name} has no executor here; type its output instead"
                 )
             if spec.get("input") is not None:
                 schema = agent.tool_schema(call.tool_name)
-                call.edited_input = _validated_input(spec["input"], schema, f"{field}.input")
+                call.edited_input = _validated_input(spec["input"], schema, f"{prefix}input")
                 call.decision = Decision.EDIT
             else:
                 call.decision = Decision.APPROVE
         else:
-            raise InvalidInput(f"{field}.decision: must be approve, output or decline")
+            raise InvalidInput(f"{prefix}decision: must be approve, output or decline")
         call.save()
     if all(c.decision == Decision.DECLINE for c in call_rows):
         reasons = sorted({c.reason for c in call_rows})

@@ -133,7 +133,9 @@ class Worker:
 
     def run_forever(self) -> None:
         log.info("worker %s started", self.worker_id)
-        threading.Thread(target=self.heartbeat, name=f"heartbeat-{self.worker_id[:8]}", daemon=True).start()
+        threading.Thread(
+            target=self.heartbeat, name=f"heartbeat-{self.worker_id[:8]}", daemon=True
+        ).start()
         while not self.stop.is_set():
             close_old_connections()
             self._maybe_maintain()

@@ -3,28 +3,46 @@
 from __future__ import annotations
 
 import itertools
+import json
+from datetime import timedelta
+from typing import Any
 
+import httpx
 from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
 
 from approvals import services
 from approvals.accounts import ensure_groups
 from approvals.models import Run
 from approvals.worker import Worker
+from toolnexus import create_client
 
 _n = itertools.count(1)
 
 
-def make_user(*, role: str = "reviewer", username: str | None = None, password: str = "pw"):
-    """role: "reviewer" (can decide), "watcher" (view only), "nobody" (no permissions)."""
+def make_user(
+    *,
+    role: str = "reviewer",
+    username: str | None = None,
+    password: str | None = None,
+    is_staff: bool = False,
+):
+    """role: "reviewer" (can decide), "watcher" (view only), "nobody" (no permissions),
+    "superuser"."""
     groups = ensure_groups()
-    user = get_user_model().objects.create_user(
-        username=username or f"{role}{next(_n)}", password=password
-    )
+    User = get_user_model()
+    name = username or f"{role}{next(_n)}"
+    if role == "superuser":
+        user = User.objects.create_superuser(username=name, password=password)
+    else:
+        user = User.objects.create_user(username=name, password=password, is_staff=is_staff)
     if role == "reviewer":
         user.groups.add(groups["Reviewers"])
     elif role == "watcher":
         user.groups.add(groups["Watchers"])
-    return get_user_model().objects.get(pk=user.pk)  # fresh: no cached permissions
+    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
 
 
 def drain() -> int:
@@ -40,3 +58,108 @@ def start_and_halt(
     drain()
     run.refresh_from_db()
     return run
+
+
+def fresh(run: Run) -> Run:
+    run.refresh_from_db()
+    return run
+
+
+def tool_messages(run: Run) -> list[dict[str, Any]]:
+    return [m for m in run.messages if m.get("role") == "tool"]
+
+
+def tool_output(run: Run, call_id: str) -> str:
+    """The content of the (single) tool result for `call_id` in the stored transcript."""
+    found = [m["content"] for m in tool_messages(run) if m.get("tool_call_id") == call_id]
+    assert len(found) == 1, f"expected one result for {call_id}, got {found!r}"
+    return found[0]
+
+
+def tasks_for(run: Run) -> list[DBTaskResult]:
+    """Every task row (any status) that drives `run`."""
+    return [t for t in DBTaskResult.objects.all() if t.args_kwargs.get("args") == [run.pk]]
+
+
+def lapse_lease(run: Run) -> None:
+    """Pretend the worker holding `run` died long ago (test-only direct update)."""
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+
+
+# -- HTTP ----------------------------------------------------------------------------------
+
+
+def session_client(user=None, **kwargs) -> Client:
+    client = Client(**kwargs)
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def bearer(user) -> dict[str, str]:
+    token, _ = services.api_token_create(user=user, name="tests")
+    return {"Authorization": f"Bearer {token}"}
+
+
+def post_json(client: Client, path: str, data: Any = None, *, headers=None, raw=None):
+    body = raw if raw is not None else json.dumps({} if data is None else data)
+    return client.post(path, data=body, content_type="application/json", headers=headers or {})
+
+
+# -- a model endpoint on httpx.MockTransport ------------------------------------------------
+
+
+class MockOpenAI:
+    """An OpenAI-compatible endpoint served by `httpx.MockTransport` (no socket).
+
+    First turn: one call of `tool` with `tool_input`. Later turns: a final reply quoting every
+    tool result of the last turn. `fail = True` makes every call answer HTTP 500.
+    """
+
+    def __init__(self, *, tool: str = "refund", tool_input: dict[str, Any] | None = None):
+        self.tool = tool
+        self.tool_input = tool_input or {"order": "A-1", "amount": 5}
+        self.fail = False
+        self.calls = 0
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.fail:
+            return httpx.Response(500, json={"error": {"message": "model backend exploded"}})
+        messages = json.loads(request.content)["messages"]
+        if not any(m.get("role") == "assistant" for m in messages):
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": self.tool, "arguments": json.dumps(self.tool_input)},
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        else:
+            results = [m["content"] for m in messages if m.get("role") == "tool"]
+            message = {"role": "assistant", "content": "model read: " + " | ".join(results)}
+            finish = "stop"
+        return httpx.Response(
+            200,
+            json={
+                "id": f"cmpl-{self.calls}",
+                "object": "chat.completion",
+                "model": "x",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            },
+        )
+
+    def client(self):
+        return create_client(
+            base_url="http://model.invalid/v1",
+            style="openai",
+            model="x",
+            retries=0,
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(self.handler)),
+        )
