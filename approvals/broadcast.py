@@ -25,9 +25,17 @@ from django.utils.html import format_html
 log = logging.getLogger(__name__)
 
 INBOX_GROUP = "approvals.inbox"
-# Fragments pushed over websockets are rendered without a request: their forms post through
-# htmx, which sends the page's CSRF token as a header (see base.html), so no hidden field.
-NO_REQUEST = {"csrf_token": "NOTPROVIDED"}
+# Fragments pushed over websockets are rendered once for every viewer, without a request:
+# their CSRF fields carry this placeholder, which each consumer replaces with a token for its
+# own viewer (`personalize`), so plain form posts in pushed fragments work too.
+CSRF_PLACEHOLDER = "toolnexus-csrf-placeholder"
+NO_REQUEST = {"csrf_token": CSRF_PLACEHOLDER}
+
+
+def personalize(html: str, csrf_token: str) -> str:
+    return html.replace(CSRF_PLACEHOLDER, csrf_token)
+
+
 VARIANTS = ("decide", "view")
 
 
@@ -48,6 +56,8 @@ def changed(*, run_id: int, request_pk: int | None = None, created: bool = False
 
 def flush(timeout: float = 10) -> None:
     """Wait until every queued push was sent (tests, and an orderly shutdown)."""
+    if _thread is None or not _thread.is_alive():
+        return  # nothing was ever queued in this process
     done = threading.Event()
     _queue.put({"flush": done})
     done.wait(timeout)
@@ -107,6 +117,10 @@ def build_messages(
                         "created": created,
                         "cards": {v: render_card(row, can_decide=v == "decide") for v in VARIANTS},
                         "toast": _toast(row),
+                        # For unfiltered inboxes: their header count, without a query per page.
+                        "pending_count": ApprovalRequest.objects.filter(
+                            state=ApprovalRequest.State.PENDING
+                        ).count(),
                     },
                 )
             )
@@ -154,9 +168,16 @@ async def _send_all(layer, messages) -> None:
 
 def _toast(row) -> str:
     if row.state == "pending":
-        return format_html("New {} request from {}: {}", row.kind, row.agent, row.prompt[:120])
+        from . import presenters
+
+        title = presenters.request_card(row, can_decide=False).title
+        return format_html("New request from {}: {}", row.agent, title[:120])
+    from . import presenters
+
     who = row.decided_by.get_username() if row.decided_by else "the system"
-    return format_html("Request {} was {} by {}.", row.request_id, row.state, who)
+    when = f"{row.decided_at:%H:%M:%S} UTC" if row.decided_at else "just now"
+    title = presenters.request_card(row, can_decide=False).title
+    return format_html("Already {} by {} at {}: {}", row.state, who, when, title[:120])
 
 
 def render_card(row, *, can_decide: bool) -> str:
@@ -172,7 +193,8 @@ def render_run_body(run, *, can_decide: bool) -> str:
     from .views import run_context_for
 
     return render_to_string(
-        "approvals/run_detail.html#run-body", run_context_for(run, can_decide=can_decide)
+        "approvals/run_detail.html#run-body",
+        {**run_context_for(run, can_decide=can_decide), **NO_REQUEST},
     )
 
 

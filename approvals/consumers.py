@@ -11,6 +11,8 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.middleware.csrf import CSRF_SECRET_LENGTH, _mask_cipher_secret
 from django.utils.html import format_html
 
 from . import broadcast
@@ -32,10 +34,21 @@ class _Base(AsyncWebsocketConsumer):
             await self.close(code=4403)
             return
         self.variant = "decide" if self.can_decide else "view"
+        self.csrf_token = self._csrf_token()
         for group in self.live_groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send(text_data=await database_sync_to_async(self.snapshot)(user))
+        await self.push(await database_sync_to_async(self.snapshot)(user))
+
+    def _csrf_token(self) -> str:
+        """A fresh masked token for the page's CSRF cookie, as Django's own forms carry."""
+        secret = self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
+        if len(secret) == CSRF_SECRET_LENGTH and secret.isalnum():
+            return _mask_cipher_secret(secret)
+        return ""  # no cookie: htmx posts still send the page's token as a header
+
+    async def push(self, html: str) -> None:
+        await self.send(text_data=broadcast.personalize(html, self.csrf_token))
 
     def _permissions(self, user) -> tuple[bool, bool]:
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
@@ -103,7 +116,7 @@ class InboxConsumer(_Base):
         ):
             count = event["pending_count"]
             html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{"" if count == 1 else "s"} pending</p>'
-        await self.send(text_data=html + toast)
+        await self.push(html + toast)
 
 
 class RunConsumer(_Base):
@@ -125,4 +138,4 @@ class RunConsumer(_Base):
         return broadcast.as_oob(broadcast.render_run_body(run, can_decide=self.can_decide), "div")
 
     async def approvals_run(self, event: dict) -> None:
-        await self.send(text_data=broadcast.as_oob(event["bodies"][self.variant], "div"))
+        await self.push(broadcast.as_oob(event["bodies"][self.variant], "div"))

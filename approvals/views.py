@@ -18,6 +18,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -158,8 +159,19 @@ def _decide(
 
 def _outcome(request: HttpRequest, request_id: str, message: str, level: str) -> HttpResponse:
     if request.htmx:
-        # htmx swaps only 2xx answers: the status lives in the card's message instead.
-        return _render_card(request, _get_request(request_id), message=message, level=level)
+        # htmx swaps only 2xx answers: the status lives in the card's message instead. A
+        # warning or error also goes out as a toast, in case a live update already removed
+        # the card this answer was meant for (the loser of a race sees who won either way).
+        response = _render_card(request, _get_request(request_id), message=message, level=level)
+        if level in ("warning", "error"):
+            response.write(
+                format_html(
+                    '<div hx-swap-oob="beforeend:#toasts"><p class="toast {}" role="alert">{}</p></div>',
+                    level,
+                    message,
+                )
+            )
+        return response
     getattr(messages, level)(request, message)
     return redirect(_next_url(request))
 

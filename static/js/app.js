@@ -20,13 +20,16 @@
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:afterSettle", tick);
 
-  // Toasts fade after a while; the page keeps the live region for screen readers.
-  document.addEventListener("htmx:oobAfterSwap", function () {
+  // Toasts fade after a while (warnings and errors stay longer); the live region remains.
+  function fadeToasts() {
     document.querySelectorAll("#toasts .toast:not([data-timer])").forEach(function (t) {
       t.dataset.timer = "1";
-      setTimeout(function () { t.remove(); }, 8000);
+      var urgent = t.classList.contains("warning") || t.classList.contains("error");
+      setTimeout(function () { t.remove(); }, urgent ? 20000 : 8000);
     });
-  });
+  }
+  document.addEventListener("htmx:oobAfterSwap", fadeToasts);
+  document.addEventListener("DOMContentLoaded", fadeToasts);
 
   // After an in-place decision, keep keyboard focus on the card that changed.
   document.addEventListener("htmx:afterSwap", function (e) {

@@ -1,0 +1,528 @@
+"""Websocket consumers through the real ASGI stack (origin check, session auth, routing).
+
+Every test talks to `toolnexus_web.asgi.application` with a `WebsocketCommunicator` and the
+session cookie of a logged-in test client, on a fresh in-memory channel layer. Writes and
+`broadcast.flush()` run in a worker thread (`database_sync_to_async`): the broadcaster hands
+in-memory sends to the event loop the consumers run on, so that loop must stay free while
+the test waits for the pushes.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.middleware.csrf import _unmask_cipher_token
+from django.test import Client
+
+from approvals import broadcast, services
+from approvals.models import ApprovalRequest, Run
+from toolnexus_web.asgi import application
+
+from .factories import drain, make_user, start_and_halt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = 5  # seconds for any single frame
+
+
+@pytest.fixture(autouse=True)
+def in_memory_layer(settings):
+    """A fresh in-memory layer per test (changing the setting drops the cached layer)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+async def communicator(path: str, user=None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if user is not None:
+        cookie = await database_sync_to_async(_session_cookie)(user)
+        headers.append((b"cookie", f"sessionid={cookie}; csrftoken={CSRF_SECRET}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def open_socket(path: str, user) -> tuple[WebsocketCommunicator, str]:
+    """Connect (must be accepted) and return the communicator and its first frame."""
+    comm = await communicator(path, user)
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected, f"{path} refused {user}"
+    snapshot = await comm.receive_from(timeout=TIMEOUT)
+    return comm, snapshot
+
+
+async def user_of(role: str):
+    return await database_sync_to_async(make_user)(role=role)
+
+
+async def in_thread(fn, *args, **kwargs):
+    """Run `fn` (writes, drain) in a thread, then wait until its pushes were sent."""
+
+    def work():
+        result = fn(*args, **kwargs)
+        broadcast.flush()
+        return result
+
+    return await database_sync_to_async(work)()
+
+
+def pending_request(run: Run) -> ApprovalRequest:
+    return run.requests.get(state="pending")
+
+
+async def halted_run(
+    user, prompt: str = "Refund order A-1001, $250"
+) -> tuple[Run, ApprovalRequest]:
+    run = await in_thread(start_and_halt, prompt=prompt, user=user)
+    row = await database_sync_to_async(pending_request)(run)
+    return run, row
+
+
+# -- who may connect -----------------------------------------------------------------------
+
+
+async def test_anonymous_is_refused():
+    comm = await communicator("/ws/inbox/")
+    connected, code = await comm.connect(timeout=TIMEOUT)
+    assert not connected
+    assert code == 4401
+    await comm.disconnect()
+
+
+async def test_anonymous_is_refused_on_the_run_page_too():
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm = await communicator(f"/ws/runs/{run.pk}/")
+    connected, code = await comm.connect(timeout=TIMEOUT)
+    assert not connected
+    assert code == 4401
+    await comm.disconnect()
+
+
+async def test_user_without_view_permission_is_refused():
+    nobody = await user_of("nobody")
+    comm = await communicator("/ws/inbox/", nobody)
+    connected, code = await comm.connect(timeout=TIMEOUT)
+    assert not connected
+    assert code == 4403
+    await comm.disconnect()
+
+
+async def test_foreign_origin_is_refused():
+    reviewer = await user_of("reviewer")
+    cookie = await database_sync_to_async(_session_cookie)(reviewer)
+    comm = WebsocketCommunicator(
+        application,
+        "/ws/inbox/",
+        headers=[(b"origin", b"http://evil.example"), (b"cookie", f"sessionid={cookie}".encode())],
+    )
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert not connected
+    await comm.disconnect()
+
+
+async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    watcher = await user_of("watcher")
+    comm, snapshot = await open_socket("/ws/inbox/", watcher)
+    try:
+        assert 'id="request-list"' in snapshot
+        assert "hx-swap-oob" in snapshot
+        assert snapshot.lstrip().startswith('<section hx-swap-oob="true" id="request-list"')
+        assert f'id="request-{row.pk}"' in snapshot
+        # the watcher's variant: the card is there, its decision forms are not
+        assert "/decline/" not in snapshot
+        assert "You can watch but not decide." in snapshot
+    finally:
+        await comm.disconnect()
+
+
+async def test_snapshot_for_a_reviewer_carries_the_decision_forms():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, snapshot = await open_socket("/ws/inbox/", reviewer)
+    try:
+        assert f'id="request-{row.pk}"' in snapshot
+        assert f"/requests/{row.request_id}/decline/" in snapshot
+        assert f"/requests/{row.request_id}/approve/" in snapshot
+    finally:
+        await comm.disconnect()
+
+
+async def test_empty_inbox_snapshot_shows_the_empty_state():
+    watcher = await user_of("watcher")
+    comm, snapshot = await open_socket("/ws/inbox/", watcher)
+    try:
+        assert 'id="request-list"' in snapshot
+        assert 'id="inbox-empty"' in snapshot
+    finally:
+        await comm.disconnect()
+
+
+# -- inbox pushes --------------------------------------------------------------------------
+
+
+async def test_a_new_pending_request_is_inserted_at_the_top():
+    reviewer = await user_of("reviewer")
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    try:
+        _, row = await halted_run(reviewer)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame.startswith('<div hx-swap-oob="afterbegin:#request-cards">')
+        assert f'id="request-{row.pk}"' in frame
+        assert f'data-request-id="{row.request_id}"' in frame
+        # the empty state goes away, and a toast announces the request
+        assert '<div id="inbox-empty" hx-swap-oob="delete"></div>' in frame
+        assert 'hx-swap-oob="beforeend:#toasts"' in frame
+        assert "New request from demo: The agent wants to run refund" in frame
+        # the unfiltered pending inbox also gets its live count
+        assert (
+            '<p class="count" id="request-count" hx-swap-oob="true">1 request pending</p>' in frame
+        )
+        # nothing else for the inbox: run-only changes go to the run group
+        assert await comm.receive_nothing(timeout=0.2)
+    finally:
+        await comm.disconnect()
+
+
+async def test_a_new_request_is_not_inserted_into_page_two():
+    reviewer = await user_of("reviewer")
+    comm, _ = await open_socket("/ws/inbox/?page=2", reviewer)
+    try:
+        _, row = await halted_run(reviewer)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert "afterbegin:#request-cards" not in frame
+        assert frame.lstrip().startswith(f'<article hx-swap-oob="true" id="request-{row.pk}"')
+    finally:
+        await comm.disconnect()
+
+
+async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    pending, _ = await open_socket("/ws/inbox/?state=pending", reviewer)
+    everything, _ = await open_socket("/ws/inbox/?state=all", reviewer)
+    try:
+        await in_thread(
+            services.request_decline,
+            request_id=row.request_id,
+            user=reviewer,
+            reason="over the limit",
+        )
+        frame = await pending.receive_from(timeout=TIMEOUT)
+        assert frame.startswith(f'<div id="request-{row.pk}" hx-swap-oob="delete"></div>')
+        assert f"Already declined by {reviewer.username} at " in frame
+        assert "The agent wants to run refund" in frame
+
+        frame = await everything.receive_from(timeout=TIMEOUT)
+        assert frame.lstrip().startswith(f'<article hx-swap-oob="true" id="request-{row.pk}"')
+        assert "state-declined" in frame
+        assert "over the limit" in frame
+        assert reviewer.username in frame
+        # a decided card has no decision forms left
+        assert "/decline/" not in frame.split('<div hx-swap-oob="beforeend:#toasts">')[0]
+    finally:
+        await pending.disconnect()
+        await everything.disconnect()
+
+
+async def test_a_decision_is_inserted_nowhere_for_a_page_filtered_on_another_state():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    approved, _ = await open_socket("/ws/inbox/?state=approved", reviewer)
+    try:
+        await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
+        frame = await approved.receive_from(timeout=TIMEOUT)
+        # not a match for this page: removed if present, never shown
+        assert frame.startswith(f'<div id="request-{row.pk}" hx-swap-oob="delete"></div>')
+    finally:
+        await approved.disconnect()
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["agent=someone-else", "kind=question", "agent=someone-else&kind=tool_call"],
+)
+async def test_filters_drop_events_that_do_not_match(query):
+    reviewer = await user_of("reviewer")
+    filtered, _ = await open_socket(f"/ws/inbox/?{query}", reviewer)
+    control, _ = await open_socket("/ws/inbox/?agent=demo&kind=tool_call", reviewer)
+    try:
+        _, row = await halted_run(reviewer)
+        frame = await control.receive_from(timeout=TIMEOUT)
+        assert f'id="request-{row.pk}"' in frame  # the event did go out
+        assert await filtered.receive_nothing(timeout=0.3)
+        # decisions on a non-matching request are dropped too
+        await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
+        assert 'hx-swap-oob="delete"' in await control.receive_from(timeout=TIMEOUT)
+        assert await filtered.receive_nothing(timeout=0.3)
+    finally:
+        await filtered.disconnect()
+        await control.disconnect()
+
+
+async def test_a_kind_filter_lets_matching_events_through():
+    reviewer = await user_of("reviewer")
+    questions, _ = await open_socket("/ws/inbox/?kind=question", reviewer)
+    try:
+        _, row = await halted_run(reviewer, prompt="Ask the customer a question about plans")
+        frame = await questions.receive_from(timeout=TIMEOUT)
+        assert f'id="request-{row.pk}"' in frame
+        assert "afterbegin:#request-cards" in frame
+    finally:
+        await questions.disconnect()
+
+
+async def test_watchers_get_the_view_variant_and_reviewers_the_decide_variant():
+    reviewer = await user_of("reviewer")
+    watcher = await user_of("watcher")
+    decide, _ = await open_socket("/ws/inbox/", reviewer)
+    view, _ = await open_socket("/ws/inbox/", watcher)
+    try:
+        _, row = await halted_run(reviewer)
+        decide_frame = await decide.receive_from(timeout=TIMEOUT)
+        view_frame = await view.receive_from(timeout=TIMEOUT)
+        for frame in (decide_frame, view_frame):
+            assert f'id="request-{row.pk}"' in frame
+        assert f'action="/requests/{row.request_id}/decline/"' in decide_frame
+        assert f'action="/requests/{row.request_id}/approve/"' in decide_frame
+        assert ">Decline</button>" in decide_frame
+        assert "<form" not in view_frame
+        assert "Approve" not in view_frame
+        assert "Decline" not in view_frame
+        assert "You can watch but not decide." in view_frame
+    finally:
+        await decide.disconnect()
+        await view.disconnect()
+
+
+async def test_pushed_fragments_escape_hostile_text():
+    reviewer = await user_of("reviewer")
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    hostile = "Refund A-1001 $5 <img src=x onerror=window.__xss=1><script>window.__xss=1</script>"
+    try:
+        await halted_run(reviewer, prompt=hostile)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert "<script>window.__xss" not in frame
+        assert "<img src=x" not in frame
+        assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in frame
+    finally:
+        await comm.disconnect()
+
+
+# -- group membership and misbehaving clients ----------------------------------------------
+
+
+def _event(pk: int, *, state: str = "pending", created: bool = False) -> dict:
+    return {
+        "type": "approvals.request",
+        "request_pk": pk,
+        "agent": "demo",
+        "kind": "tool_call",
+        "state": state,
+        "created": created,
+        "cards": {
+            "decide": f'<article id="request-{pk}" class="card">decide variant</article>',
+            "view": f'<article id="request-{pk}" class="card">view variant</article>',
+        },
+        "toast": "hello",
+        "pending_count": 1,
+    }
+
+
+async def test_a_message_sent_to_the_inbox_group_reaches_the_consumer():
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    try:
+        layer = get_channel_layer()
+        await layer.group_send(broadcast.INBOX_GROUP, _event(987654))
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame.startswith('<article hx-swap-oob="true" id="request-987654"')
+        assert "view variant" in frame
+        assert '<p class="toast">hello</p>' in frame
+    finally:
+        await comm.disconnect()
+    # after disconnecting the consumer left the group
+    assert not get_channel_layer().groups.get(broadcast.INBOX_GROUP)
+
+
+async def test_the_run_consumer_joins_only_its_own_run_group():
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    try:
+        layer = get_channel_layer()
+        body = '<div id="run-body">{}</div>'
+        await layer.group_send(
+            broadcast.run_group(run.pk + 1000),
+            {"type": "approvals.run", "bodies": {"decide": body.format("x"), "view": "y"}},
+        )
+        assert await comm.receive_nothing(timeout=0.2)
+        await layer.group_send(
+            broadcast.run_group(run.pk),
+            {"type": "approvals.run", "bodies": {"decide": body.format("mine"), "view": "y"}},
+        )
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame == '<div hx-swap-oob="true" id="run-body">mine</div>'
+    finally:
+        await comm.disconnect()
+
+
+async def test_an_oversized_frame_closes_the_socket():
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    await comm.send_to(text_data="x" * 10_000)
+    output = await comm.receive_output(timeout=TIMEOUT)
+    assert output["type"] == "websocket.close"
+    assert output["code"] == 4400
+    await comm.disconnect()
+
+
+async def test_a_binary_frame_closes_the_socket():
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    await comm.send_to(bytes_data=b"\x00\x01")
+    output = await comm.receive_output(timeout=TIMEOUT)
+    assert output["type"] == "websocket.close"
+    await comm.disconnect()
+
+
+async def test_small_client_frames_are_ignored():
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    try:
+        await comm.send_to(text_data='{"hello": "server"}')
+        assert await comm.receive_nothing(timeout=0.2)
+    finally:
+        await comm.disconnect()
+
+
+# -- the run page --------------------------------------------------------------------------
+
+
+async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
+    reviewer = await user_of("reviewer")
+    run, row = await halted_run(reviewer)
+    comm, snapshot = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    try:
+        assert snapshot.lstrip().startswith('<div hx-swap-oob="true" id="run-body">')
+        assert "Waiting for a decision" in snapshot
+        assert f"/requests/{row.request_id}/decline/" in snapshot
+
+        await in_thread(
+            services.request_decline,
+            request_id=row.request_id,
+            user=reviewer,
+            reason="policy says no",
+        )
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame.lstrip().startswith('<div hx-swap-oob="true" id="run-body">')
+        assert "Waiting for a decision" not in frame
+        assert "status-queued" in frame
+
+        await in_thread(drain)
+        frames = []
+        while not await comm.receive_nothing(timeout=0.3):
+            frames.append(await comm.receive_from(timeout=TIMEOUT))
+        assert frames, "the resume pushed nothing"
+        last = frames[-1]
+        assert "status-done" in last
+        assert re.search(r"Final answer</h2>\s*<p class=\"text\">[^<]*policy says no", last)
+        assert f"Declined by {reviewer.username}" in last
+    finally:
+        await comm.disconnect()
+
+
+CSRF_SECRET = "a" * 32  # the browser's CSRF cookie: a 32-character secret
+
+
+async def test_run_body_pushed_to_a_reviewer_keeps_its_plain_forms_postable():
+    """Cancel (and Retry) on the run page are plain POST forms, not htmx: the body the
+    socket swaps in must still carry a CSRF token for them, or they answer 403."""
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm, snapshot = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    try:
+        form = re.search(
+            rf'<form[^>]*action="/runs/{run.pk}/cancel/"[^>]*>.*?</form>', snapshot, re.S
+        )
+        assert form, "no cancel form in the pushed run body"
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.group(0))
+        assert token, form.group(0)
+        # a masked token for this viewer's own cookie, as Django's forms carry
+        assert _unmask_cipher_token(token.group(1)) == CSRF_SECRET
+    finally:
+        await comm.disconnect()
+
+
+async def test_run_consumer_for_a_watcher_sends_the_view_variant():
+    reviewer = await user_of("reviewer")
+    watcher = await user_of("watcher")
+    run, row = await halted_run(reviewer)
+    comm, snapshot = await open_socket(f"/ws/runs/{run.pk}/", watcher)
+    try:
+        assert "Waiting for a decision" in snapshot
+        assert "/decline/" not in snapshot
+        assert "Cancel this run" not in snapshot
+        await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert 'id="run-body"' in frame
+        assert "Cancel this run" not in frame
+    finally:
+        await comm.disconnect()
+
+
+async def test_run_consumer_for_a_missing_run_says_so():
+    reviewer = await user_of("reviewer")
+    comm, snapshot = await open_socket("/ws/runs/999999/", reviewer)
+    try:
+        assert 'id="run-body"' in snapshot
+        assert "This run no longer exists." in snapshot
+    finally:
+        await comm.disconnect()
+
+
+async def test_run_consumer_refuses_a_user_without_run_permission():
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    nobody = await user_of("nobody")
+    comm = await communicator(f"/ws/runs/{run.pk}/", nobody)
+    connected, code = await comm.connect(timeout=TIMEOUT)
+    assert not connected
+    assert code == 4403
+    await comm.disconnect()
+
+
+def test_flush_returns_at_once_when_nothing_was_ever_queued():
+    """`flush()` is what tests (and shutdown) wait on; in a fresh process whose broadcaster
+    thread never started it must not sit out its whole timeout."""
+    code = (
+        "import time, django; django.setup(); from approvals import broadcast; "
+        "t = time.monotonic(); broadcast.flush(timeout=5); print(time.monotonic() - t)"
+    )
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert float(out.stdout.strip().splitlines()[-1]) < 1, out.stdout
+    assert time.monotonic() - started < 30
