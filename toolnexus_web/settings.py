@@ -107,7 +107,9 @@ else:
                 "timeout": 20,
             },
             # A file, not :memory:, so the live server and worker threads share the test DB.
-            "TEST": {"NAME": env("TOOLNEXUS_TEST_SQLITE_PATH") or str(BASE_DIR / ".test-db.sqlite3")},
+            "TEST": {
+                "NAME": env("TOOLNEXUS_TEST_SQLITE_PATH") or str(BASE_DIR / ".test-db.sqlite3")
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
