@@ -7,6 +7,12 @@ import os
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    # Browser tests last: they are the slowest, and Playwright's sync API holds an event loop
+    # in the main thread while a browser is open.
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
 def pytest_configure(config):
     # Tests never reach a real model: no key from the developer's shell may leak in.
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"):

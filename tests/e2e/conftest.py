@@ -267,7 +267,9 @@ def api(app: App) -> Iterator[httpx.Client]:
 # -- the browser ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an event loop running in this thread while it is
+# open, and pytest-asyncio tests collected after the browser tests could not start theirs.
+@pytest.fixture(scope="module")
 def chromium():
     executable = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
     if not Path(executable).exists():
