@@ -74,20 +74,43 @@ def _ensure_thread() -> None:
 
 
 def _loop() -> None:
+    # One event loop for the thread's whole life: channels-redis keeps its connections per
+    # loop, so a fresh loop per push would open a Redis connection per push.
+    loop = asyncio.new_event_loop()
     while True:
-        item = _queue.get()
-        if "flush" in item:
-            item["flush"].set()
-            continue
+        batch = [_queue.get()]
+        while True:  # take everything queued meanwhile: a burst is rendered once per change
+            try:
+                batch.append(_queue.get_nowait())
+            except queue.Empty:
+                break
+        changes = _coalesce([item for item in batch if "flush" not in item])
         try:
             close_old_connections()
-            send(build_messages(**item))
+            messages = [m for change in changes for m in build_messages(**change)]
+            send(messages, loop=loop)
         except Exception:
-            log.exception("live push for run %s failed", item.get("run_id"))
+            log.exception("live push for %s change(s) failed", len(changes))
         try:
             close_old_connections()
         except Exception:
             log.exception("closing the broadcaster's database connection failed")
+        for item in batch:
+            if "flush" in item:
+                item["flush"].set()
+
+
+def _coalesce(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One change per (run, request), in first-seen order: pages render the latest state,
+    so two queued pushes for the same rows carry nothing the second one alone does not."""
+    merged: dict[tuple[int, int | None], dict[str, Any]] = {}
+    for item in items:
+        key = (item["run_id"], item["request_pk"])
+        if key in merged:
+            merged[key]["created"] = merged[key]["created"] or item["created"]
+        else:
+            merged[key] = dict(item)
+    return list(merged.values())
 
 
 def build_messages(
@@ -129,11 +152,7 @@ def build_messages(
         out.append(
             (
                 run_group(run_id),
-                {
-                    "type": "approvals.run",
-                    "run_id": run_id,
-                    "bodies": {v: render_run_body(run, can_decide=v == "decide") for v in VARIANTS},
-                },
+                {"type": "approvals.run", "run_id": run_id, "bodies": render_run_bodies(run)},
             )
         )
     return out
@@ -148,15 +167,24 @@ def note_server_loop() -> None:
     _server_loop = asyncio.get_running_loop()
 
 
-def send(messages: list[tuple[str, dict[str, Any]]]) -> None:
+def send(
+    messages: list[tuple[str, dict[str, Any]]], *, loop: asyncio.AbstractEventLoop | None = None
+) -> None:
     layer = get_channel_layer()
     if layer is None or not messages:
         return
-    loop = _server_loop
-    if isinstance(layer, InMemoryChannelLayer) and loop is not None and loop.is_running():
+    server_loop = _server_loop
+    if (
+        isinstance(layer, InMemoryChannelLayer)
+        and server_loop is not None
+        and server_loop.is_running()
+    ):
         # The in-memory layer's queues belong to the server's loop and are not thread-safe:
         # hand the send to that loop instead of running it on a loop of our own.
-        asyncio.run_coroutine_threadsafe(_send_all(layer, messages), loop).result(timeout=10)
+        future = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), server_loop)
+        future.result(timeout=10)
+    elif loop is not None:
+        loop.run_until_complete(_send_all(layer, messages))
     else:
         async_to_sync(_send_all)(layer, messages)
 
@@ -196,6 +224,25 @@ def render_run_body(run, *, can_decide: bool) -> str:
         "approvals/run_detail.html#run-body",
         {**run_context_for(run, can_decide=can_decide), **NO_REQUEST},
     )
+
+
+def render_run_bodies(run) -> dict[str, str]:
+    """The run's body for deciders and for watchers, from one read of its rows."""
+    from . import presenters
+    from .views import run_context_for
+
+    context = {**run_context_for(run, can_decide=True), **NO_REQUEST}
+    bodies = {"decide": render_to_string("approvals/run_detail.html#run-body", context)}
+    open_card = context["open_card"]
+    watcher = {
+        **context,
+        "can_decide": False,
+        "open_card": presenters.request_card(open_card.row, can_decide=False)
+        if open_card
+        else None,
+    }
+    bodies["view"] = render_to_string("approvals/run_detail.html#run-body", watcher)
+    return bodies
 
 
 def render_request_list(user, filters: dict[str, str], page: int | str | None) -> str:

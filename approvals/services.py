@@ -441,7 +441,7 @@ def _decide(
     row.reason = reason
     row.decided_by = user if getattr(user, "is_authenticated", False) else None
     row.decided_at = timezone.now()
-    row.save()
+    row.save(update_fields=["state", "answer", "reason", "decided_by", "decided_at"])
     run = Run.objects.select_for_update().get(pk=row.run_id)
     _event(
         run,
@@ -459,7 +459,7 @@ def _decide(
         _set_run_status(
             run, RunStatus.QUEUED, actor=user, action="run_resumed", request_id=row.request_id
         )
-        run.save()
+        run.save(update_fields=["status", "version", "updated_at"])
         _enqueue_execution(run)
     _notify(run_id=run.pk, request_pk=row.pk)
 
@@ -469,7 +469,9 @@ def _model_reads(row: ApprovalRequest, answer: Answer | None, reason: str) -> st
     if answer is None or answer.ok:
         return ""
     if row.is_relay:
-        return "; ".join(decline_text(c.tool_name, answer.reason) for c in row.calls.all())
+        # The relay calls' names ride the request's own data: no second read of its calls.
+        names = [c.name for c in relay_calls_of(row.to_engine())]
+        return "; ".join(decline_text(name, answer.reason) for name in names)
     return f"declined/expired: {row.prompt} (reason: {answer.reason or DEFAULT_REASON})"
 
 
@@ -672,7 +674,7 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
         for call in row.calls.select_for_update():
             call.decision, call.reason = Decision.DECLINE, reason
             call.output, call.is_error = decline_text(call.tool_name, reason), True
-            call.save()
+            call.save(update_fields=["decision", "reason", "output", "is_error"])
         _decide(row, user, State.DECLINED, answer_declined(row.request_id, reason), reason)
     return row
 
