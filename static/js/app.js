@@ -20,12 +20,16 @@
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:afterSettle", tick);
 
-  // Toasts fade after a while (warnings and errors stay longer); the live region remains.
+  // Toasts fade after a while (warnings and errors stay longer), and at most a few show at
+  // once so a burst of live updates cannot bury the page; the live region remains.
+  var MAX_TOASTS = 4;
   function fadeToasts() {
+    var toasts = document.querySelectorAll("#toasts .toast");
+    for (var i = 0; i < toasts.length - MAX_TOASTS; i++) toasts[i].remove();
     document.querySelectorAll("#toasts .toast:not([data-timer])").forEach(function (t) {
       t.dataset.timer = "1";
       var urgent = t.classList.contains("warning") || t.classList.contains("error");
-      setTimeout(function () { t.remove(); }, urgent ? 20000 : 8000);
+      setTimeout(function () { t.remove(); }, urgent ? 30000 : 15000);
     });
   }
   document.addEventListener("htmx:oobAfterSwap", fadeToasts);
