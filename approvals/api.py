@@ -6,18 +6,22 @@ dicts; domain exceptions become `{"detail": ...}` with the status the service ch
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.db import DatabaseError
 from django.http import HttpRequest
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, ValidationError
+from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict, StrictBool, StrictStr
 
 from . import selectors, services
 from .exceptions import AlreadyDecided, ServiceError
+from .middleware import strict_json_loads
 from .models import ApprovalRequest, Run
 
 
@@ -39,8 +43,16 @@ class BrowserSession(SessionAuth):
         return super()._get_key(request)
 
 
+class StrictJSONParser(Parser):
+    def parse_body(self, request: HttpRequest):
+        return strict_json_loads(request.body)
+
+
+log = logging.getLogger(__name__)
+
 api = NinjaAPI(
     title="toolnexus-web API",
+    parser=StrictJSONParser(),
     version="1",
     description="Start agent runs, and answer or decline the requests they halt on.",
     auth=[BearerToken(), BrowserSession()],
@@ -103,14 +115,14 @@ class RequestFilter(Schema):
     agent: str | None = None
     kind: str | None = None
     limit: int = Field(50, ge=1, le=200)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=1_000_000_000)
 
 
 class RunListFilter(Schema):
     status: str | None = None
     agent: str | None = None
     limit: int = Field(50, ge=1, le=200)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=1_000_000_000)
 
 
 class CallOut(Schema):
@@ -180,7 +192,15 @@ class ErrorOut(Schema):
     detail: str
 
 
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    503: ErrorOut,
+}
 
 
 # -- error mapping -------------------------------------------------------------------------
@@ -210,6 +230,14 @@ def _service_error(request, exc: ServiceError):
 @api.exception_handler(ObjectDoesNotExist)
 def _not_found(request, exc):
     return api.create_response(request, {"detail": "not found"}, status=404)
+
+
+@api.exception_handler(DatabaseError)
+def _database_unavailable(request, exc):
+    # Nothing was half-written: the transaction rolled back, so the caller may retry.
+    log.exception("database error on %s", request.path)
+    detail = "the database is unavailable right now; nothing was changed, try again"
+    return api.create_response(request, {"detail": detail}, status=503)
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 import uuid
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import close_old_connections, connection
 
 from toolnexus import Answer, RunResult, Tool, ToolContext, ToolResult, create_toolkit, pending_of
 from toolnexus.relay import RelayResult, answer_declined, relay_answer
@@ -53,19 +55,50 @@ def execute_run(run_id: int) -> str:
         return "lease lost"
     except Exception as exc:  # the run records every failure; the worker carries on
         log.exception("run %s failed", run_id)
-        services.run_fail(run_id=run_id, worker_id=worker_id, error=f"{type(exc).__name__}: {exc}")
-        return "failed"
-    try:
-        services.run_store_result(
-            run_id=run_id,
-            worker_id=worker_id,
-            result=result,
-            applied_request_pk=request.pk if request else None,
+        error = f"{type(exc).__name__}: {exc}"
+        return _settle_safely(
+            run_id,
+            worker_id,
+            lambda: services.run_fail(run_id=run_id, worker_id=worker_id, error=error),
+            "failed",
         )
+    store = lambda: services.run_store_result(  # noqa: E731
+        run_id=run_id,
+        worker_id=worker_id,
+        result=result,
+        applied_request_pk=request.pk if request else None,
+    )
+    return _settle_safely(run_id, worker_id, store, result.status)
+
+
+def _settle_safely(run_id: int, worker_id: str, write, outcome: str) -> str:
+    """Write a run's outcome; if the database fails under us (a dropped connection), hand
+    the run back to the queue from its last checkpoint instead of leaving it held by this
+    worker, whose heartbeat would keep its lease alive forever."""
+    try:
+        write()
+        return outcome
     except LeaseLost as exc:
         log.warning("%s", exc)
         return "lease lost"
-    return result.status
+    except Exception:
+        log.exception("storing the outcome of run %s failed; queueing it again", run_id)
+    for attempt in range(3):
+        close_old_connections()
+        connection.close()  # a broken connection reconnects on the next query
+        try:
+            services.run_requeue(
+                run_id=run_id, worker_id=worker_id, reason="storing its outcome failed"
+            )
+            return "requeued"
+        except LeaseLost:
+            return "lease lost"
+        except Exception:
+            log.exception("queueing run %s again failed (attempt %s)", run_id, attempt + 1)
+            time.sleep(0.5 * (attempt + 1))
+    # Still no database: stop renewing this run's lease so that another worker takes it over.
+    services.forget_run(worker_id)
+    return "abandoned"
 
 
 def _request_to_apply(run: Run) -> ApprovalRequest | None:

@@ -8,8 +8,11 @@ so this module only has to be faithful, not strict.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from .middleware import strict_json_loads
 
 
 @dataclass
@@ -103,9 +106,11 @@ def values_from(schema: dict[str, Any] | None, post: Any) -> tuple[dict[str, Any
                 out[name] = int(raw)
             elif widget == "number":
                 number = float(raw)
+                if not math.isfinite(number):
+                    raise ValueError(raw)
                 out[name] = int(number) if number.is_integer() and "." not in raw else number
             elif widget == "json":
-                out[name] = json.loads(raw)
+                out[name] = strict_json_loads(raw)
             elif widget == "select":
                 choices = prop.get("enum") or []
                 out[name] = next((c for c in choices if str(c) == raw), raw)

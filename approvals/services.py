@@ -9,6 +9,7 @@ the resume it causes commit together or not at all.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -373,12 +374,36 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
     return run
 
 
+_forgotten: set[str] = set()
+
+
+def forget_run(worker_id: str) -> None:
+    """Stop renewing one execution's lease (its worker could not write the outcome)."""
+    _forgotten.add(worker_id)
+
+
 def runs_renew_leases(*, worker_prefix: str) -> int:
     """Extend the leases of the runs held by one worker process (its heartbeat)."""
     until = timezone.now() + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
-    return Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix).update(
-        lease_expires_at=until
+    return (
+        Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix)
+        .exclude(worker_id__in=_forgotten)
+        .update(lease_expires_at=until)
     )
+
+
+def run_requeue(*, run_id: int, worker_id: str, reason: str) -> None:
+    """Give a run held by this worker back to the queue; it continues from its checkpoint."""
+    with transaction.atomic():
+        run = _locked_own_run(run_id, worker_id)
+        _set_run_status(
+            run, RunStatus.QUEUED, action="run_requeued", reason=reason, worker=worker_id
+        )
+        run.worker_id = ""
+        run.lease_expires_at = None
+        run.save()
+        _enqueue_execution(run)
+        _notify(run_id=run.pk)
 
 
 def runs_recover_stale(*, now: datetime | None = None) -> int:
@@ -501,12 +526,32 @@ def tool_schema(agent_name: str, tool_name: str) -> dict[str, Any] | None:
 
 def input_problems(value: Any, schema: Mapping[str, Any] | None) -> list[str]:
     """What is wrong with edited arguments, each naming the argument."""
-    return [p.replace("$.", "", 1).replace("$", "input", 1) for p in schema_errors(value, schema)]
+    problems = [
+        p.replace("$.", "", 1).replace("$", "input", 1) for p in schema_errors(value, schema)
+    ]
+    if bad := _non_finite(value, "input"):
+        problems.append(f"{bad.removeprefix('input.')}: must be a finite number")
+    return problems
+
+
+def _non_finite(value: Any, path: str) -> str | None:
+    """The path of the first NaN or infinity inside a JSON-like value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, Mapping):
+        items = ((f"{path}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for p, v in items if (found := _non_finite(v, p))), None)
 
 
 def _validated_input(value: Any, schema: Mapping[str, Any] | None, field: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInput(f"{field}: must be an object")
+    if bad := _non_finite(value, field):
+        raise InvalidInput(f"{bad}: must be a finite number (no NaN or Infinity)")
     problems = schema_errors(dict(value), schema)
     if problems:
         raise InvalidInput(f"{field}: " + "; ".join(p.replace("$", field, 1) for p in problems))
@@ -640,6 +685,8 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
         parsed = answer if isinstance(answer, Answer) else Answer.from_dict(answer)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
+    if bad := _non_finite(parsed.data, "data"):
+        raise InvalidInput(f"{bad}: must be a finite number (no NaN or Infinity)")
     if parsed.id != request_id:
         raise InvalidInput(
             f"id: the answer's id {parsed.id!r} does not echo the request id {request_id!r}"

@@ -6,7 +6,6 @@ flash message); with htmx the same POST answers with the card's new HTML, swappe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from urllib.parse import urlencode
 
@@ -25,6 +24,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from . import agents, presenters, schema_forms, selectors, services
 from .exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
+from .middleware import strict_json_loads
 from .models import ApprovalRequest, Run
 
 PAGE_SIZE = 20
@@ -50,9 +50,10 @@ def inbox_filters(params) -> dict[str, str]:
     state = params.get("state") or "pending"
     if state != "all" and state not in ApprovalRequest.State.values:
         state = "pending"
+    # NUL never names an agent or kind, and PostgreSQL refuses it in a query.
     return {
-        "agent": params.get("agent", "")[:100],
-        "kind": params.get("kind", "")[:50],
+        "agent": params.get("agent", "").replace("\x00", "")[:100],
+        "kind": params.get("kind", "").replace("\x00", "")[:50],
         "state": state,
     }
 
@@ -184,7 +185,7 @@ def _decision_view(fn):
 def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
     raw = request.POST.get("input")
     try:
-        edited = json.loads(raw) if raw else None
+        edited = strict_json_loads(raw) if raw else None
     except ValueError:
         return _outcome(request, request_id, "The edited arguments are not valid JSON.", "error")
     return _decide(

@@ -97,11 +97,11 @@ class Worker:
     def maintenance(self) -> None:
         expired = services.requests_expire_overdue()
         recovered = services.runs_recover_stale()
-        pruned, _ = (
-            DBTaskResult.objects.finished()
-            .filter(finished_at__lt=timezone.now() - timedelta(days=1))
-            .delete()
-        )
+        day_ago = timezone.now() - timedelta(days=1)
+        pruned, _ = DBTaskResult.objects.finished().filter(finished_at__lt=day_ago).delete()
+        # A task whose worker was killed stays "running" forever; its run was taken over
+        # long before (leases last seconds), so after a day the row is only clutter.
+        DBTaskResult.objects.running().filter(started_at__lt=day_ago).delete()
         if expired or recovered:
             log.info(
                 "maintenance: %s request(s) expired, %s run(s) recovered, %s task row(s) pruned",

@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "approvals.middleware.RequestGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -93,6 +94,8 @@ if DATABASE_URL:
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": int(env("DATABASE_POOL_SIZE", "10")),
+            # Fail a request fast (503) rather than wait 30 s for a connection in an outage.
+            "timeout": float(env("DATABASE_POOL_TIMEOUT", "5")),
         }
 else:
     DATABASES = {
@@ -171,6 +174,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
         "approvals": {"handlers": ["console"], "level": env("TOOLNEXUS_LOG_LEVEL", "INFO")},
+        # Server errors reach the console in production too (Django logs them only with DEBUG).
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
 
