@@ -87,8 +87,10 @@ def _loop() -> None:
         changes = _coalesce([item for item in batch if "flush" not in item])
         try:
             close_old_connections()
-            messages = [m for change in changes for m in build_messages(**change)]
-            send(messages, loop=loop)
+            # First what costs no rendering (cards to drop, counts, toasts), so the other
+            # reviewers' inboxes lose a decided card at once; then the rendered fragments.
+            send([m for change in changes for m in build_light_messages(**change)], loop=loop)
+            send([m for change in changes for m in build_messages(**change)], loop=loop)
         except Exception:
             log.exception("live push for %s change(s) failed", len(changes))
         try:
@@ -113,40 +115,58 @@ def _coalesce(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def _request_row(request_pk: int):
+    from .models import ApprovalRequest
+
+    return (
+        ApprovalRequest.objects.filter(pk=request_pk)
+        .select_related("run", "decided_by")
+        .prefetch_related("calls")
+        .first()
+    )
+
+
+def _request_event(row, created: bool, cards: dict[str, str] | None) -> dict[str, Any]:
+    from .models import ApprovalRequest
+
+    return {
+        "type": "approvals.request",
+        "request_pk": row.pk,
+        "agent": row.agent,
+        "kind": row.kind,
+        "state": row.state,
+        "created": created,
+        # None in the light message: pages that show the card wait for the full one.
+        "cards": cards,
+        "toast": _toast(row),
+        # For unfiltered inboxes: their header count, without a query per page.
+        "pending_count": ApprovalRequest.objects.filter(
+            state=ApprovalRequest.State.PENDING
+        ).count(),
+    }
+
+
+def build_light_messages(
+    *, run_id: int, request_pk: int | None, created: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """The unrendered part of a change: enough for pages that drop a decided card."""
+    row = _request_row(request_pk) if request_pk is not None and not created else None
+    if row is None:
+        return []
+    return [(INBOX_GROUP, _request_event(row, created, None))]
+
+
 def build_messages(
     *, run_id: int, request_pk: int | None, created: bool
 ) -> list[tuple[str, dict[str, Any]]]:
     """The rendered fragments for one change, addressed to their groups."""
-    from .models import ApprovalRequest, Run
+    from .models import Run
 
     out: list[tuple[str, dict[str, Any]]] = []
-    if request_pk is not None:
-        row = (
-            ApprovalRequest.objects.filter(pk=request_pk)
-            .select_related("run", "decided_by")
-            .prefetch_related("calls")
-            .first()
-        )
-        if row is not None:
-            out.append(
-                (
-                    INBOX_GROUP,
-                    {
-                        "type": "approvals.request",
-                        "request_pk": row.pk,
-                        "agent": row.agent,
-                        "kind": row.kind,
-                        "state": row.state,
-                        "created": created,
-                        "cards": {v: render_card(row, can_decide=v == "decide") for v in VARIANTS},
-                        "toast": _toast(row),
-                        # For unfiltered inboxes: their header count, without a query per page.
-                        "pending_count": ApprovalRequest.objects.filter(
-                            state=ApprovalRequest.State.PENDING
-                        ).count(),
-                    },
-                )
-            )
+    row = _request_row(request_pk) if request_pk is not None else None
+    if row is not None:
+        cards = {v: render_card(row, can_decide=v == "decide") for v in VARIANTS}
+        out.append((INBOX_GROUP, _request_event(row, created, cards)))
     run = Run.objects.filter(pk=run_id).select_related("started_by").first()
     if run is not None:
         out.append(

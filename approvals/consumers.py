@@ -95,27 +95,36 @@ class InboxConsumer(_Base):
         )
 
     async def approvals_request(self, event: dict) -> None:
+        """A change comes twice: light (no cards) at once, then full (rendered cards). A page
+        that drops the card acts on the light one; a page that shows it, on the full one."""
         if not self._matches(event):
             return
-        card = event["cards"][self.variant]
-        toast = format_html(
-            '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>', event["toast"]
-        )
+        shows_card = self.filters["state"] in ("all", event["state"])
+        light = event["cards"] is None
+        if light == shows_card:
+            return
         dom_id = f"request-{event['request_pk']}"
-        if self.filters["state"] in ("all", event["state"]):
-            if event["created"] and str(self.page) == "1":
-                html = f'<div hx-swap-oob="afterbegin:#request-cards">{card}</div><div id="inbox-empty" hx-swap-oob="delete"></div>'
-            else:
-                html = broadcast.as_oob(card, "article")
-        else:
+        if light:
             html = f'<div id="{dom_id}" hx-swap-oob="delete"></div>'
+        elif event["created"] and str(self.page) == "1":
+            card = event["cards"][self.variant]
+            html = (
+                f'<div hx-swap-oob="afterbegin:#request-cards">{card}</div>'
+                '<div id="inbox-empty" hx-swap-oob="delete"></div>'
+            )
+        else:
+            html = broadcast.as_oob(event["cards"][self.variant], "article")
         if (
             self.filters["state"] == "pending"
             and not self.filters["agent"]
             and not self.filters["kind"]
         ):
             count = event["pending_count"]
-            html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{"" if count == 1 else "s"} pending</p>'
+            plural = "" if count == 1 else "s"
+            html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{plural} pending</p>'
+        toast = format_html(
+            '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>', event["toast"]
+        )
         await self.push(html + toast)
 
 

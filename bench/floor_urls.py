@@ -51,7 +51,7 @@ def floor_decline(request: HttpRequest, pk: int) -> JsonResponse:
             "kind": "tool_call",
             "state": "declined",
             "created": False,
-            "cards": {"decide": "", "view": ""},
+            "cards": None,  # the app's light message: what a page needs to drop the card
             "toast": "",
             "pending_count": 0,
         },
@@ -77,8 +77,8 @@ def _install_trace() -> None:
         local.item = (request_pk, created, t0, time.perf_counter())
         return out
 
-    def traced_send(messages):
-        send(messages)
+    def traced_send(messages, **kwargs):
+        send(messages, **kwargs)
         pk, created, b0, b1 = getattr(local, "item", (None, True, 0.0, 0.0))
         local.item = (None, True, 0.0, 0.0)
         if pk is not None and not created and pk in queued:
