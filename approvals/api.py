@@ -20,7 +20,7 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict, StrictBool, StrictStr
 
 from . import selectors, services
-from .exceptions import AlreadyDecided, ServiceError
+from .exceptions import ServiceError
 from .middleware import strict_json_loads
 from .models import ApprovalRequest, Run
 
@@ -399,6 +399,3 @@ def approve_request(request, request_id: str, payload: ApproveIn):
 def decline_request(request, request_id: str, payload: DeclineIn):
     services.request_decline(request_id=request_id, user=request.user, reason=payload.reason)
     return _decided(request_id)
-
-
-__all__ = ["AlreadyDecided", "api"]

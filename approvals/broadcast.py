@@ -16,7 +16,6 @@ import queue
 import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import close_old_connections
 from django.template.loader import render_to_string
@@ -187,9 +186,7 @@ def note_server_loop() -> None:
     _server_loop = asyncio.get_running_loop()
 
 
-def send(
-    messages: list[tuple[str, dict[str, Any]]], *, loop: asyncio.AbstractEventLoop | None = None
-) -> None:
+def send(messages: list[tuple[str, dict[str, Any]]], *, loop: asyncio.AbstractEventLoop) -> None:
     layer = get_channel_layer()
     if layer is None or not messages:
         return
@@ -203,10 +200,8 @@ def send(
         # hand the send to that loop instead of running it on a loop of our own.
         future = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), server_loop)
         future.result(timeout=10)
-    elif loop is not None:
-        loop.run_until_complete(_send_all(layer, messages))
     else:
-        async_to_sync(_send_all)(layer, messages)
+        loop.run_until_complete(_send_all(layer, messages))
 
 
 async def _send_all(layer, messages) -> None:

@@ -24,6 +24,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections, connection
 
 from toolnexus import Answer, RunResult, Tool, ToolContext, ToolResult, create_toolkit, pending_of
+from toolnexus.dialects import ANTHROPIC, OPENAI
 from toolnexus.relay import RelayResult, answer_declined, relay_answer
 
 from . import agents, services
@@ -135,20 +136,12 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
 
 
 def _halted_message_index(run: Run) -> int:
-    for index in range(len(run.messages) - 1, -1, -1):
-        message = run.messages[index]
-        if message.get("role") == "assistant" and (
-            message.get("tool_calls") or _has_tool_use(message)
-        ):
-            return index
+    """Where the halted assistant turn sits in the transcript (either provider's shape)."""
+    for dialect in (OPENAI, ANTHROPIC):
+        found = dialect.halted_turn(run.messages)
+        if found is not None:
+            return found[0]
     return -1
-
-
-def _has_tool_use(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_use" for b in content
-    )
 
 
 def _run_executor(

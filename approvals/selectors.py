@@ -31,20 +31,19 @@ def request_get(*, request_id: str) -> ApprovalRequest:
     return request_list(state=None).get(request_id=request_id)
 
 
-def run_get(*, run_id: int) -> Run:
+def _runs_with_open_request() -> QuerySet[Run]:
     open_requests = ApprovalRequest.objects.filter(state=State.PENDING).prefetch_related("calls")
-    return (
-        Run.objects.select_related("started_by")
-        .prefetch_related(Prefetch("requests", queryset=open_requests, to_attr="open_requests"))
-        .get(pk=run_id)
+    return Run.objects.select_related("started_by").prefetch_related(
+        Prefetch("requests", queryset=open_requests, to_attr="open_requests")
     )
+
+
+def run_get(*, run_id: int) -> Run:
+    return _runs_with_open_request().get(pk=run_id)
 
 
 def run_list(*, status: str | None = None, agent: str | None = None) -> QuerySet[Run]:
-    open_requests = ApprovalRequest.objects.filter(state=State.PENDING).prefetch_related("calls")
-    qs = Run.objects.select_related("started_by").prefetch_related(
-        Prefetch("requests", queryset=open_requests, to_attr="open_requests")
-    )
+    qs = _runs_with_open_request()
     if status:
         qs = qs.filter(status=status)
     if agent:

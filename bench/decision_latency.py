@@ -57,6 +57,7 @@ from bench.topology import (
     percentile,
     profile_summary,
     require_websockets,
+    run_benchmark,
     ws_connect,
 )
 
@@ -694,19 +695,10 @@ def main(argv: list[str] | None = None) -> int:
             keep_logs=args.keep_logs,
             extra_env={"BENCH_TRACE": "1"} if args.trace else {},
         )
-        with Topology(cfg) as topo:
-            topo.start()
-            return asyncio.run(run(args, topo))
     except BenchError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted; topology torn down", file=sys.stderr)
-        return 130
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            print(f"\nstopped by a signal ({exc.code}); topology torn down", file=sys.stderr)
-        raise
+    return run_benchmark(cfg, lambda topo: run(args, topo))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from bench.topology import (
     http_client,
     percentile,
     profile_summary,
+    run_benchmark,
 )
 
 REASON = "bench: declined under load"
@@ -589,19 +590,10 @@ def main(argv: list[str] | None = None) -> int:
             pool_size=args.pool_size,
             keep_logs=args.keep_logs,
         )
-        with Topology(cfg) as topo:
-            topo.start()
-            return asyncio.run(main_async(args, topo))
     except BenchError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted; topology torn down", file=sys.stderr)
-        return 130
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            print(f"\nstopped by a signal ({exc.code}); topology torn down", file=sys.stderr)
-        raise
+    return run_benchmark(cfg, lambda topo: main_async(args, topo))
 
 
 if __name__ == "__main__":

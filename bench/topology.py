@@ -435,6 +435,27 @@ class Topology:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def run_benchmark(cfg: Config, measure) -> int:
+    """Start the topology, run `measure(topo)` (a coroutine) in it, tear it down whatever
+    happens, and turn the usual ways of stopping into an exit code."""
+    import asyncio
+
+    try:
+        with Topology(cfg) as topo:
+            topo.start()
+            return asyncio.run(measure(topo))
+    except BenchError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted; topology torn down", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            print(f"\nstopped by a signal ({exc.code}); topology torn down", file=sys.stderr)
+        raise
+
+
 def _terminate(popen: subprocess.Popen[bytes], grace: float) -> None:
     if popen.poll() is not None:
         return
