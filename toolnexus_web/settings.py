@@ -124,7 +124,20 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        # channels-redis waits for messages with a 5 s blocking pop; redis-py
+                        # 8 reads with a 5 s socket timeout by default, so an idle socket's
+                        # consumer died with "Timeout reading". Reads must outlast the pop.
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 5,
+                    }
+                ],
+                "capacity": 1000,
+                "expiry": 30,
+            },
         }
     }
 else:
