@@ -352,8 +352,10 @@ def get_request(request, request_id: str):
     return selectors.request_view(selectors.request_get(request_id=request_id))
 
 
-def _decided(request_id: str) -> dict[str, Any]:
-    return selectors.request_view(selectors.request_get(request_id=request_id))
+def _decided(row) -> dict[str, Any]:
+    """The decided request as the service left it (its fields are current; only its calls
+    are read again)."""
+    return selectors.request_view(row)
 
 
 @api.post(
@@ -364,8 +366,7 @@ def _decided(request_id: str) -> dict[str, Any]:
 )
 def answer_request(request, request_id: str, payload: AnswerIn):
     wire = {"id": payload.id, "ok": payload.ok, "data": payload.data, "reason": payload.reason}
-    services.request_answer(request_id=request_id, user=request.user, answer=wire)
-    return _decided(request_id)
+    return _decided(services.request_answer(request_id=request_id, user=request.user, answer=wire))
 
 
 @api.post(
@@ -380,14 +381,14 @@ def approve_request(request, request_id: str, payload: ApproveIn):
         if payload.calls is not None
         else None
     )
-    services.request_approve(
+    row = services.request_approve(
         request_id=request_id,
         user=request.user,
         input=payload.input,
         output=payload.output,
         calls=calls,
     )
-    return _decided(request_id)
+    return _decided(row)
 
 
 @api.post(
@@ -397,5 +398,5 @@ def approve_request(request, request_id: str, payload: ApproveIn):
     summary='Decline with a reason (default "declined")',
 )
 def decline_request(request, request_id: str, payload: DeclineIn):
-    services.request_decline(request_id=request_id, user=request.user, reason=payload.reason)
-    return _decided(request_id)
+    row = services.request_decline(request_id=request_id, user=request.user, reason=payload.reason)
+    return _decided(row)

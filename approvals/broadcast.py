@@ -1,6 +1,7 @@
 """Live push: the one module that knows the channel groups and what goes through them.
 
-After a commit, `changed()` hands the change to a broadcaster thread, which renders the
+After a commit, `changed()` hands the change to two broadcaster threads: the light lane sends
+at once what needs no rendering (which card to drop, a toast), the full lane renders the
 affected fragments ONCE (a card and the run's body, each for deciders and for watchers) and
 sends them to the groups; consumers only pick the variant and the swap that fit their page.
 Rendering off the request thread keeps a reviewer's decision response fast, and a push
@@ -42,63 +43,130 @@ def run_group(run_id: int) -> str:
     return f"approvals.run.{run_id}"
 
 
-_queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
-_thread: threading.Thread | None = None
-_thread_lock = threading.Lock()
+class _Lane:
+    """A thread with its own queue and its own event loop (channels-redis keeps connections
+    per loop, so one loop for the thread's whole life means one Redis connection, not one
+    per push). `build` turns a list of changes into the messages to send."""
+
+    def __init__(self, name: str, build, *, yield_to_requests: float = 0.0) -> None:
+        self.name, self.build = name, build
+        self.yield_to_requests = yield_to_requests
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def put(self, item: dict[str, Any]) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            with self.lock:
+                if self.thread is None or not self.thread.is_alive():
+                    self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                    self.thread.start()
+        self.queue.put(item)
+
+    def flush(self, timeout: float) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            return  # nothing was ever queued on this lane in this process
+        done = threading.Event()
+        self.queue.put({"flush": done})
+        done.wait(timeout)
+
+    def _loop(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            batch = [self.queue.get()]
+            if self.yield_to_requests:
+                _wait_for_idle(self.yield_to_requests)
+            while True:  # take everything queued meanwhile: a burst is built once per change
+                try:
+                    batch.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            changes = _coalesce([item for item in batch if "flush" not in item])
+            try:
+                if changes:
+                    close_old_connections()
+                    send(self.build(changes), loop=loop)
+            except Exception:
+                log.exception("live push (%s) for %s change(s) failed", self.name, len(changes))
+            try:
+                close_old_connections()
+            except Exception:
+                log.exception("closing the %s database connection failed", self.name)
+            for item in batch:
+                if "flush" in item:
+                    item["flush"].set()
 
 
-def changed(*, run_id: int, request_pk: int | None = None, created: bool = False) -> None:
-    """Queue a push for a committed change (call after commit)."""
-    _ensure_thread()
-    _queue.put({"run_id": run_id, "request_pk": request_pk, "created": created})
+def _light_batch(changes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [m for change in changes for m in build_light_messages(**change)]
+
+
+def _full_batch(changes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [m for change in changes for m in build_messages(**change)]
+
+
+# HTTP requests this process is serving (RequestsInFlightMiddleware counts them).
+_in_flight = 0
+_idle = threading.Condition()
+# Longest the full lane waits for the requests in flight to finish before it renders anyway.
+RENDER_YIELD_SECONDS = 0.25
+
+
+def request_started() -> None:
+    global _in_flight
+    with _idle:
+        _in_flight += 1
+
+
+def request_finished() -> None:
+    global _in_flight
+    with _idle:
+        _in_flight -= 1
+        if _in_flight <= 0:
+            _idle.notify_all()
+
+
+def _wait_for_idle(timeout: float) -> None:
+    with _idle:
+        _idle.wait_for(lambda: _in_flight <= 0, timeout)
+
+
+# Two lanes, so that what costs no rendering (a decided card to drop, a toast) never waits
+# behind the rendering of earlier changes: other reviewers' inboxes lose a decided card at
+# once. The full lane renders when no HTTP request is being served (or after
+# RENDER_YIELD_SECONDS): in one process the GIL is shared, and rendering in parallel with a
+# reviewer's decision slows the response down; under load, waiting also coalesces more
+# changes into one render.
+_light_lane = _Lane("toolnexus-push-light", _light_batch)
+_full_lane = _Lane("toolnexus-push-full", _full_batch, yield_to_requests=RENDER_YIELD_SECONDS)
+
+
+def changed(
+    *,
+    run_id: int,
+    request_pk: int | None = None,
+    created: bool = False,
+    decided: Any = None,
+) -> None:
+    """Queue a push for a committed change (call after commit). `decided`: the request row
+    just decided, as the service left it in memory: its light message is built from it now,
+    without a query."""
+    item = {"run_id": run_id, "request_pk": request_pk, "created": created}
+    if request_pk is not None and not created:
+        event = None
+        if decided is not None:
+            try:
+                event = light_event(decided)
+            except Exception:  # the lane reads the row instead
+                log.exception("building the light message of request %s failed", request_pk)
+        _light_lane.put({**item, "event": event})
+    _full_lane.put(item)
 
 
 def flush(timeout: float = 10) -> None:
     """Wait until every queued push was sent (tests, and an orderly shutdown)."""
-    if _thread is None or not _thread.is_alive():
-        return  # nothing was ever queued in this process
-    done = threading.Event()
-    _queue.put({"flush": done})
-    done.wait(timeout)
-
-
-def _ensure_thread() -> None:
-    global _thread
-    if _thread is not None and _thread.is_alive():
-        return
-    with _thread_lock:
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_loop, name="toolnexus-broadcast", daemon=True)
-            _thread.start()
-
-
-def _loop() -> None:
-    # One event loop for the thread's whole life: channels-redis keeps its connections per
-    # loop, so a fresh loop per push would open a Redis connection per push.
-    loop = asyncio.new_event_loop()
-    while True:
-        batch = [_queue.get()]
-        while True:  # take everything queued meanwhile: a burst is rendered once per change
-            try:
-                batch.append(_queue.get_nowait())
-            except queue.Empty:
-                break
-        changes = _coalesce([item for item in batch if "flush" not in item])
-        try:
-            close_old_connections()
-            # First what costs no rendering (cards to drop, counts, toasts), so the other
-            # reviewers' inboxes lose a decided card at once; then the rendered fragments.
-            send([m for change in changes for m in build_light_messages(**change)], loop=loop)
-            send([m for change in changes for m in build_messages(**change)], loop=loop)
-        except Exception:
-            log.exception("live push for %s change(s) failed", len(changes))
-        try:
-            close_old_connections()
-        except Exception:
-            log.exception("closing the broadcaster's database connection failed")
-        for item in batch:
-            if "flush" in item:
-                item["flush"].set()
+    _light_lane.flush(timeout)
+    _full_lane.flush(timeout)
 
 
 def _coalesce(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -125,8 +193,13 @@ def _request_row(request_pk: int):
     )
 
 
-def _request_event(row, created: bool, cards: dict[str, str] | None) -> dict[str, Any]:
+def _request_event(
+    row, created: bool, cards: dict[str, str] | None, tool_names: list[str] | None = None
+) -> dict[str, Any]:
     from .models import ApprovalRequest
+
+    if tool_names is None:
+        tool_names = [c.tool_name for c in row.calls.all()]
 
     return {
         "type": "approvals.request",
@@ -137,22 +210,33 @@ def _request_event(row, created: bool, cards: dict[str, str] | None) -> dict[str
         "created": created,
         # None in the light message: pages that show the card wait for the full one.
         "cards": cards,
-        "toast": _toast(row),
-        # For unfiltered inboxes: their header count, without a query per page.
-        "pending_count": ApprovalRequest.objects.filter(
-            state=ApprovalRequest.State.PENDING
-        ).count(),
+        "toast": _toast(row, tool_names),
+        # For unfiltered inboxes: their header count, without a query per page. Only in the
+        # full message: counting a large inbox must not delay the light one.
+        "pending_count": None
+        if cards is None
+        else ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count(),
     }
 
 
 def build_light_messages(
-    *, run_id: int, request_pk: int | None, created: bool
+    *, run_id: int, request_pk: int | None, created: bool, event: dict[str, Any] | None = None
 ) -> list[tuple[str, dict[str, Any]]]:
     """The unrendered part of a change: enough for pages that drop a decided card."""
+    if event is not None:
+        return [(INBOX_GROUP, event)]
     row = _request_row(request_pk) if request_pk is not None and not created else None
     if row is None:
         return []
     return [(INBOX_GROUP, _request_event(row, created, None))]
+
+
+def light_event(row) -> dict[str, Any]:
+    """The light message of a decided request, from the row in memory (no query)."""
+    from toolnexus.relay import relay_calls_of
+
+    names = [c.name for c in relay_calls_of(row.to_engine())] if row.is_relay else []
+    return _request_event(row, False, None, names)
 
 
 def build_messages(
@@ -164,7 +248,11 @@ def build_messages(
     out: list[tuple[str, dict[str, Any]]] = []
     row = _request_row(request_pk) if request_pk is not None else None
     if row is not None:
-        cards = {v: render_card(row, can_decide=v == "decide") for v in VARIANTS}
+        if row.state == "pending":
+            cards = {v: render_card(row, can_decide=v == "decide") for v in VARIANTS}
+        else:  # a decided card has no decision forms: one rendering serves everybody
+            card = render_card(row, can_decide=False)
+            cards = dict.fromkeys(VARIANTS, card)
         out.append((INBOX_GROUP, _request_event(row, created, cards)))
     run = Run.objects.filter(pk=run_id).select_related("started_by").first()
     if run is not None:
@@ -209,18 +297,15 @@ async def _send_all(layer, messages) -> None:
         await layer.group_send(group, message)
 
 
-def _toast(row) -> str:
+def _toast(row, tool_names: list[str]) -> str:
+    from .presenters import request_title
+
+    title = request_title(row, tool_names)[:120]
     if row.state == "pending":
-        from . import presenters
-
-        title = presenters.request_card(row, can_decide=False).title
-        return format_html("New request from {}: {}", row.agent, title[:120])
-    from . import presenters
-
+        return format_html("New request from {}: {}", row.agent, title)
     who = row.decided_by.get_username() if row.decided_by else "the system"
     when = f"{row.decided_at:%H:%M:%S} UTC" if row.decided_at else "just now"
-    title = presenters.request_card(row, can_decide=False).title
-    return format_html("Already {} by {} at {}: {}", row.state, who, when, title[:120])
+    return format_html("Already {} by {} at {}: {}", row.state, who, when, title)
 
 
 def render_card(row, *, can_decide: bool) -> str:
@@ -248,6 +333,9 @@ def render_run_bodies(run) -> dict[str, str]:
 
     context = {**run_context_for(run, can_decide=True), **NO_REQUEST}
     bodies = {"decide": render_to_string("approvals/run_detail.html#run-body", context)}
+    if run.is_finished and run.status != "failed":
+        # Nothing left to decide, cancel or retry: deciders and watchers see the same page.
+        return dict.fromkeys(VARIANTS, bodies["decide"])
     open_card = context["open_card"]
     watcher = {
         **context,

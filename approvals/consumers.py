@@ -95,17 +95,22 @@ class InboxConsumer(_Base):
         )
 
     async def approvals_request(self, event: dict) -> None:
-        """A change comes twice: light (no cards) at once, then full (rendered cards). A page
-        that drops the card acts on the light one; a page that shows it, on the full one."""
+        """A decision comes twice: light (no cards, no count) at once, then full (rendered
+        cards and the pending count). A page that drops the card acts on the light one and
+        takes only the count from the full one; a page that shows the card waits for the
+        full one. A new request comes once, full."""
         if not self._matches(event):
             return
         shows_card = self.filters["state"] in ("all", event["state"])
         light = event["cards"] is None
-        if light == shows_card:
+        if light and shows_card:
             return
         dom_id = f"request-{event['request_pk']}"
+        html, toast = "", True
         if light:
             html = f'<div id="{dom_id}" hx-swap-oob="delete"></div>'
+        elif not shows_card:
+            toast = False  # the light message dropped the card and showed the toast
         elif event["created"] and str(self.page) == "1":
             card = event["cards"][self.variant]
             html = (
@@ -114,18 +119,22 @@ class InboxConsumer(_Base):
             )
         else:
             html = broadcast.as_oob(event["cards"][self.variant], "article")
+        count = event["pending_count"]
         if (
-            self.filters["state"] == "pending"
+            count is not None
+            and self.filters["state"] == "pending"
             and not self.filters["agent"]
             and not self.filters["kind"]
         ):
-            count = event["pending_count"]
             plural = "" if count == 1 else "s"
             html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{plural} pending</p>'
-        toast = format_html(
-            '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>', event["toast"]
-        )
-        await self.push(html + toast)
+        if toast:
+            html += format_html(
+                '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>',
+                event["toast"],
+            )
+        if html:
+            await self.push(html)
 
 
 class RunConsumer(_Base):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from urllib.parse import unquote_to_bytes
 
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.decorators import sync_and_async_middleware
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -60,3 +62,30 @@ def _has_nul(value) -> bool:
     if isinstance(value, list):
         return any(_has_nul(v) for v in value)
     return False
+
+
+@sync_and_async_middleware
+def requests_in_flight_middleware(get_response):
+    """Count the HTTP requests this process is serving, so the broadcaster renders live
+    fragments between them rather than competing with them for the interpreter."""
+    from . import broadcast
+
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request: HttpRequest) -> HttpResponse:
+            broadcast.request_started()
+            try:
+                return await get_response(request)
+            finally:
+                broadcast.request_finished()
+
+    else:
+
+        def middleware(request: HttpRequest) -> HttpResponse:
+            broadcast.request_started()
+            try:
+                return get_response(request)
+            finally:
+                broadcast.request_finished()
+
+    return middleware

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,12 +47,7 @@ class RequestCard:
 
     @property
     def title(self) -> str:
-        """A human headline: relay prompts are machine text ("relay tool call x to ...")."""
-        if self.row.kind == "tool_call" and self.calls:
-            names = [c.call.tool_name for c in self.calls]
-            joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-            return f"The agent wants to run {joined}"
-        return self.row.prompt
+        return request_title(self.row, [c.call.tool_name for c in self.calls])
 
     @property
     def kind_label(self) -> str:
@@ -73,6 +69,15 @@ class RequestCard:
     def approval_input(self) -> dict[str, Any]:
         data = self.row.data or {}
         return data.get("input") if isinstance(data.get("input"), dict) else {}
+
+
+def request_title(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
+    """A human headline: relay prompts are machine text ("relay tool call x to ...")."""
+    if row.kind == "tool_call" and tool_names:
+        names = list(tool_names)
+        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        return f"The agent wants to run {joined}"
+    return row.prompt
 
 
 def _questions(data: dict[str, Any] | None) -> list[QuestionCard]:

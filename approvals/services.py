@@ -92,9 +92,11 @@ def _event(
     actor: Any = None,
     from_state: str = "",
     to_state: str = "",
+    into: list[Event] | None = None,
     **detail: Any,
 ) -> None:
-    Event.objects.create(
+    """Append an audit event; with `into`, collect it unsaved for one bulk insert."""
+    event = Event(
         run=run,
         request=request,
         actor=actor if actor is not None and getattr(actor, "is_authenticated", False) else None,
@@ -103,14 +105,26 @@ def _event(
         to_state=to_state,
         detail=detail,
     )
+    if into is None:
+        event.save()
+    else:
+        into.append(event)
 
 
-def _set_run_status(run: Run, new: str, *, actor: Any = None, action: str, **detail: Any) -> None:
+def _set_run_status(
+    run: Run,
+    new: str,
+    *,
+    actor: Any = None,
+    action: str,
+    into: list[Event] | None = None,
+    **detail: Any,
+) -> None:
     old = run.status
     check_transition("run", old, new)
     run.status = new
     run.version += 1
-    _event(run, action, actor=actor, from_state=old, to_state=new, **detail)
+    _event(run, action, actor=actor, from_state=old, to_state=new, into=into, **detail)
 
 
 def _enqueue_execution(run: Run) -> None:
@@ -123,11 +137,21 @@ def _after_commit(fn: Callable[[], None]) -> None:
     transaction.on_commit(fn, robust=True)
 
 
-def _notify(*, run_id: int, request_pk: int | None = None, created: bool = False) -> None:
+def _notify(
+    *,
+    run_id: int,
+    request_pk: int | None = None,
+    created: bool = False,
+    decided: ApprovalRequest | None = None,
+) -> None:
     """Tell live pages after commit (the broadcast module renders and sends)."""
     from . import broadcast
 
-    _after_commit(lambda: broadcast.changed(run_id=run_id, request_pk=request_pk, created=created))
+    _after_commit(
+        lambda: broadcast.changed(
+            run_id=run_id, request_pk=request_pk, created=created, decided=decided
+        )
+    )
 
 
 # -- runs ----------------------------------------------------------------------------------
@@ -467,7 +491,13 @@ def _decide(
     row.decided_by = user if getattr(user, "is_authenticated", False) else None
     row.decided_at = timezone.now()
     row.save(update_fields=["state", "answer", "reason", "decided_by", "decided_at"])
-    run = Run.objects.select_for_update().get(pk=row.run_id)
+    # Only what a status change touches: the transcript can be large and is not needed here.
+    run = (
+        Run.objects.select_for_update()
+        .only("id", "status", "version", "updated_at")
+        .get(pk=row.run_id)
+    )
+    events: list[Event] = []
     _event(
         run,
         f"request_{new_state}",
@@ -475,6 +505,7 @@ def _decide(
         actor=user,
         from_state=old,
         to_state=new_state,
+        into=events,
         reason=reason,
         answer=row.answer,
         model_reads=_model_reads(row, answer, reason),
@@ -482,11 +513,17 @@ def _decide(
     # A failed run keeps its decided request: a retry applies it then.
     if resume and run.status == RunStatus.PENDING:
         _set_run_status(
-            run, RunStatus.QUEUED, actor=user, action="run_resumed", request_id=row.request_id
+            run,
+            RunStatus.QUEUED,
+            actor=user,
+            action="run_resumed",
+            into=events,
+            request_id=row.request_id,
         )
         run.save(update_fields=["status", "version", "updated_at"])
         _enqueue_execution(run)
-    _notify(run_id=run.pk, request_pk=row.pk)
+    Event.objects.bulk_create(events)
+    _notify(run_id=run.pk, request_pk=row.pk, decided=row)
 
 
 def _model_reads(row: ApprovalRequest, answer: Answer | None, reason: str) -> str:

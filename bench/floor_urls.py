@@ -9,8 +9,8 @@ times it exactly like the real `POST /api/requests/{id}/decline`.
 
 With BENCH_TRACE=1 in the environment (decision_latency.py --trace), the server also wraps
 the app's broadcaster (approvals.broadcast, untouched on disk) to print one line per pushed
-decision to its log: when the change was queued after commit, when the broadcaster thread
-started and finished rendering it, and when the group_send returned, all on the machine-wide
+decision to its log: when the change was queued after commit, when the light lane started
+and finished building its message, and when the group_send returned, all on the machine-wide
 monotonic clock (time.perf_counter), so the bench can split (b) into its parts.
 """
 
@@ -62,35 +62,38 @@ def floor_decline(request: HttpRequest, pk: int) -> JsonResponse:
 def _install_trace() -> None:
     from approvals import broadcast
 
-    changed, build, send = broadcast.changed, broadcast.build_messages, broadcast.send
+    changed, build, send = broadcast.changed, broadcast.build_light_messages, broadcast.send
     queued: dict[int, tuple[float, int]] = {}
     local = threading.local()
 
-    def traced_changed(*, run_id: int, request_pk: int | None = None, created: bool = False):
+    def traced_changed(*, run_id: int, request_pk: int | None = None, created: bool = False, **kw):
         if request_pk is not None and not created:
-            queued[request_pk] = (time.perf_counter(), broadcast._queue.qsize())
-        changed(run_id=run_id, request_pk=request_pk, created=created)
+            queued[request_pk] = (time.perf_counter(), broadcast._light_lane.queue.qsize())
+        changed(run_id=run_id, request_pk=request_pk, created=created, **kw)
 
-    def traced_build(*, run_id: int, request_pk: int | None, created: bool):
+    def traced_build(*, run_id: int, request_pk: int | None, created: bool, **kw):
         t0 = time.perf_counter()
-        out = build(run_id=run_id, request_pk=request_pk, created=created)
-        local.item = (request_pk, created, t0, time.perf_counter())
+        out = build(run_id=run_id, request_pk=request_pk, created=created, **kw)
+        if not hasattr(local, "items"):
+            local.items = []
+        local.items.append((request_pk, t0, time.perf_counter()))
         return out
 
     def traced_send(messages, **kwargs):
         send(messages, **kwargs)
-        pk, created, b0, b1 = getattr(local, "item", (None, True, 0.0, 0.0))
-        local.item = (None, True, 0.0, 0.0)
-        if pk is not None and not created and pk in queued:
-            q, depth = queued.pop(pk)
-            print(
-                f"BENCH-TRACE {pk} {q:.6f} {b0:.6f} {b1:.6f} {time.perf_counter():.6f} {depth}",
-                file=sys.stderr,
-                flush=True,
-            )
+        items, local.items = getattr(local, "items", []), []
+        sent = time.perf_counter()
+        for pk, b0, b1 in items:  # only the light lane builds light messages
+            if pk in queued:
+                q, depth = queued.pop(pk)
+                print(
+                    f"BENCH-TRACE {pk} {q:.6f} {b0:.6f} {b1:.6f} {sent:.6f} {depth}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     broadcast.changed = traced_changed
-    broadcast.build_messages = traced_build
+    broadcast.build_light_messages = traced_build
     broadcast.send = traced_send
 
 

@@ -474,6 +474,7 @@ def _raise_exit(signum, frame) -> None:
 # Run by `manage.py shell -c`, parameters as JSON on stdin.
 SETUP_USERS = """
 import json, sys
+from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from approvals import services
@@ -488,7 +489,7 @@ for i in range(params["n"]):
     token, _ = services.api_token_create(user=user, name="bench")
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     out.append({"username": user.username, "token": token, "session": session.session_key})

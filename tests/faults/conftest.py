@@ -192,6 +192,7 @@ def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
 # Run in `manage.py shell`: the reviewers, their API tokens and one browser session.
 SETUP_SCRIPT = """
 import json, os
+from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from approvals import services
@@ -206,7 +207,7 @@ for i in range(int(os.environ["FAULTS_REVIEWERS"])):
 user = User.objects.get(username="rev00")
 store = SessionStore()
 store[SESSION_KEY] = str(user.pk)
-store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
 store[HASH_SESSION_KEY] = user.get_session_auth_hash()
 store.create()
 print("FAULTS-SETUP " + json.dumps({"tokens": tokens, "session": store.session_key}))

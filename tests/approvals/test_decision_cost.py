@@ -1,0 +1,181 @@
+"""What a decision costs and in what order its live push goes out.
+
+The query ceilings guard the decision path against regressions (every statement is a round
+trip on PostgreSQL while the reviewer waits); the broadcaster tests pin the two lanes: the
+light message is built from the decided row in memory, and rendering waits for the requests
+a process is serving.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from approvals import broadcast, services
+from approvals.models import ApprovalRequest
+
+from .factories import bearer, make_user, post_json, start_and_halt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+
+
+def _statements(ctx: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(TRANSACTION_CONTROL)]
+
+
+# -- permissions -----------------------------------------------------------------------------
+
+
+def test_a_permission_check_reads_user_and_group_permissions_in_one_query():
+    reviewer = make_user(role="reviewer")  # the permission comes from the Reviewers group
+    with CaptureQueriesContext(connection) as ctx:
+        assert reviewer.has_perm("approvals.decide_request")
+        assert reviewer.has_perm("approvals.view_run")  # cached on the user object
+    assert len(_statements(ctx)) == 1
+
+
+def test_direct_user_permissions_count_and_inactive_or_unpermitted_users_have_none():
+    nobody = make_user(role="nobody")
+    assert not nobody.has_perm("approvals.decide_request")
+    assert nobody.get_all_permissions() == set()
+
+    direct = make_user(role="nobody")
+    direct.user_permissions.add(Permission.objects.get(codename="decide_request"))
+    direct = type(direct).objects.get(pk=direct.pk)  # no cached permissions
+    assert direct.has_perm("approvals.decide_request")
+    assert not direct.has_perm("approvals.add_run")
+
+    inactive = make_user(role="reviewer")
+    inactive.is_active = False
+    assert not inactive.has_perm("approvals.decide_request")
+
+    watcher = make_user(role="watcher")
+    assert watcher.has_perm("approvals.view_run")
+    assert not watcher.has_perm("approvals.decide_request")
+
+
+# -- the decision path ---------------------------------------------------------------------
+
+
+def test_declining_through_the_api_stays_within_its_query_budget():
+    user = make_user()
+    run = start_and_halt(user=user)
+    request_id = run.requests.get().request_id
+    headers = bearer(user)
+    client = Client()
+    client.get("/api/requests", headers=headers)  # the token's last-used stamp is written now
+    with CaptureQueriesContext(connection) as ctx:
+        response = post_json(
+            client, f"/api/requests/{request_id}/decline", {"reason": "no"}, headers=headers
+        )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["state"] == "declined" and body["decision"]["reason"] == "no"
+    assert body["decision"]["decided_by"] == user.username
+    assert [c["decision"] for c in body["calls"]] == ["decline"]
+    statements = _statements(ctx)
+    # token, permissions, lock request, lock calls, update call, update request, lock run,
+    # update run, one insert for both audit events, enqueue the resume, the calls for the reply
+    assert len(statements) <= 11, "\n".join(statements)
+    assert sum(s.startswith('INSERT INTO "approvals_event"') for s in statements) == 1
+
+
+def test_the_run_lock_of_a_decision_does_not_read_the_transcript():
+    user = make_user()
+    run = start_and_halt(user=user)
+    request_id = run.requests.get().request_id
+    with CaptureQueriesContext(connection) as ctx:
+        services.request_decline(request_id=request_id, user=user, reason="no")
+    run_reads = [s for s in _statements(ctx) if s.startswith("SELECT") and "approvals_run" in s]
+    assert run_reads and all('"messages"' not in s for s in run_reads), run_reads
+
+
+# -- the broadcaster's lanes ---------------------------------------------------------------
+
+
+def test_the_light_message_built_in_memory_equals_the_one_read_from_the_database():
+    user = make_user()
+    run = start_and_halt(user=user)
+    request_id = run.requests.get().request_id
+    row = services.request_decline(request_id=request_id, user=user, reason="over the limit")
+    with CaptureQueriesContext(connection) as ctx:
+        from_memory = broadcast.light_event(row)
+    assert _statements(ctx) == []
+    stored = ApprovalRequest.objects.select_related("decided_by").get(pk=row.pk)
+    from_database = broadcast.build_light_messages(
+        run_id=run.pk, request_pk=stored.pk, created=False
+    )
+    assert from_database == [(broadcast.INBOX_GROUP, from_memory)]
+    assert from_memory["cards"] is None and from_memory["pending_count"] is None
+    assert f"Already declined by {user.username}" in from_memory["toast"]
+    assert "The agent wants to run refund" in from_memory["toast"]
+
+
+def test_a_decided_card_is_rendered_once_for_deciders_and_watchers():
+    user = make_user()
+    run = start_and_halt(user=user)
+    row = services.request_decline(request_id=run.requests.get().request_id, user=user, reason="no")
+    ((_, event), _) = broadcast.build_messages(run_id=run.pk, request_pk=row.pk, created=False)
+    assert event["cards"]["decide"] is event["cards"]["view"]
+    assert "/decline/" not in event["cards"]["decide"]
+    assert event["pending_count"] == 0
+
+
+def test_a_pending_card_differs_for_deciders_and_watchers():
+    user = make_user()
+    run = start_and_halt(user=user)
+    row = run.requests.get()
+    ((_, event), _) = broadcast.build_messages(run_id=run.pk, request_pk=row.pk, created=True)
+    assert "/decline/" in event["cards"]["decide"]
+    assert "/decline/" not in event["cards"]["view"]
+
+
+def test_rendering_waits_for_the_requests_in_flight_but_the_light_message_does_not(monkeypatch):
+    built: dict[str, list[float]] = {"light": [], "full": []}
+    real_light, real_full = broadcast._light_lane.build, broadcast._full_lane.build
+
+    def record(name, real):
+        def build(changes):
+            built[name].append(time.monotonic())
+            return []  # nothing to send: this test watches the timing only
+
+        return build
+
+    monkeypatch.setattr(broadcast._light_lane, "build", record("light", real_light))
+    monkeypatch.setattr(broadcast._full_lane, "build", record("full", real_full))
+    broadcast.request_started()
+    try:
+        broadcast.changed(run_id=1, request_pk=1)
+        deadline = time.monotonic() + 5
+        while not built["light"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert built["light"], "the light lane waited for the request"
+        time.sleep(0.1)
+        assert not built["full"], "the full lane rendered while a request was in flight"
+    finally:
+        finished = time.monotonic()
+        broadcast.request_finished()
+    broadcast.flush()
+    assert built["full"] and built["full"][0] >= finished
+
+
+def test_rendering_does_not_wait_forever_for_a_busy_process(monkeypatch):
+    built = threading.Event()
+    monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 0.25)
+    monkeypatch.setattr(broadcast._full_lane, "build", lambda changes: built.set() or [])
+    broadcast.request_started()  # a request that never finishes
+    try:
+        started = time.monotonic()
+        broadcast.changed(run_id=1)
+        assert built.wait(5)
+        assert time.monotonic() - started >= 0.2
+    finally:
+        broadcast.request_finished()
