@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import re
 import statistics
 import sys
@@ -166,6 +167,8 @@ class Phase:
     seconds: float = 0.0
     lag: list[float] = field(default_factory=list)
     events: list[tuple[int, float, float, float]] = field(default_factory=list)  # pk, t0, ta, tb
+    audience_sockets: int = 0
+    audience_missed: int = 0  # (socket, decision) pairs whose card-drop frame never came
 
 
 class Bench:
@@ -300,15 +303,37 @@ class Bench:
 
     # -- one phase: R reviewers, each deciding its own items one after the other -------------
 
+    async def open_audience(self, r: int) -> list[Observer]:
+        """Every deciding reviewer's own inbox, open on its server: each decision fans out to
+        all of them, as it would for a team with the inbox open."""
+        audience = [
+            Observer(
+                100 + j, self.topo.servers[j % self.k].port, self.reviewers[j].session, "/ws/inbox/"
+            )
+            for j in range(r)
+        ]
+        for o in audience:
+            try:
+                await o.start()
+            except (OSError, TimeoutError, WebSocketException) as exc:
+                raise BenchError(
+                    f"reviewer {o.index - 100}'s inbox could not connect: {exc}"
+                ) from exc
+        return audience
+
     async def phase(self, variant: str, r: int, rnd: int, items: list) -> Phase:
         per = len(items) // r
         result = Phase(variant, r, rnd)
         lag = LoopLag()
+        rng = random.Random(f"{variant}-{r}-{rnd}")
+        audience = await self.open_audience(r) if self.args.audience else []
 
         async def reviewer_loop(j: int) -> None:
             reviewer = self.reviewers[j]
             server = j % self.k
             for item in items[j * per : (j + 1) * per]:
+                if self.args.rate:  # a pause before each decision: the team decides at ~rate/s
+                    await asyncio.sleep(rng.expovariate(self.args.rate / r))
                 try:
                     if variant == "ours":
                         pk, t0, ta, tb, tc = await self.decide_ours(reviewer, item, server)
@@ -332,6 +357,25 @@ class Bench:
         finally:
             result.seconds = time.perf_counter() - t0
             result.lag = await lag.stop()
+            if audience:
+                decided = {pk for pk, *_ in result.events}
+                deadline = time.perf_counter() + 10  # the last fan-outs reach every inbox
+                while time.perf_counter() < deadline:
+                    missed = sum(len(decided - set(o.arrivals)) for o in audience)
+                    if not missed:
+                        break
+                    await asyncio.sleep(0.1)
+                result.audience_missed = missed
+                result.audience_sockets = len(audience)
+                if missed:
+                    closed = [o.closed for o in audience if o.closed is not None]
+                    self.notes.append(
+                        f"{variant} R={r} round {rnd + 1}: {missed} (socket, decision) card drops "
+                        f"never arrived; {len(closed)} inbox socket(s) closed"
+                        + (f", e.g. {closed[0]!r}" if closed else "")
+                    )
+            for o in audience:
+                await o.stop()
         self.topo.check_alive()
         return result
 
@@ -374,8 +418,8 @@ def print_trace(phases: list[Phase], traces, rs: list[int]) -> None:
     print("(b) for ours, split with --trace (ms; p50 / p95 over the traced decisions)")
     parts = [
         "POST -> queued after commit",
-        "wait in broadcaster queue",
-        "render fragments (queries+templates)",
+        "wait in light-lane queue",
+        "build light message (query)",
         "send() call (Redis)",
         "send() returned -> client",
     ]
@@ -418,9 +462,19 @@ def print_report(phases: list[Phase], args, bench: Bench, topo: Topology) -> boo
         f"PostgreSQL + Redis on loopback, DEBUG off, pool {'on' if not args.no_pool else 'off'}, "
         f"worker poll {args.worker_interval} s; {args.rounds} round(s), ours and floor alternating."
     )
-    print(
-        "R reviewers decide distinct requests at once; percentiles over all rounds' samples (ms)."
+    pace = (
+        f"paced: the team decides ~{args.rate:g} decisions/s (each reviewer pauses a random "
+        f"exponential time, mean R/{args.rate:g} s, before each decision)"
+        if args.rate
+        else "back to back: each reviewer decides again as soon as the previous decision is done"
     )
+    audience = (
+        "every deciding reviewer also has its own inbox open"
+        if args.audience
+        else "no reviewer inboxes besides the observers"
+    )
+    print(f"R reviewers decide distinct requests, {pace}; {audience}.")
+    print("Percentiles over all rounds' samples (ms).")
     print()
     head = f"{'R':>3}  {'measure':<44} {'n':>5} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8}"
     print(head)
@@ -509,6 +563,17 @@ def print_report(phases: list[Phase], args, bench: Bench, topo: Topology) -> boo
             print(
                 f"goal (a) ours/floor <= {GOAL_A_RATIO:.0f}x at R={r:<3} ({q}): {x:6.2f}x        {verdict}"
             )
+    fanout = [(p.audience_sockets, p.audience_missed) for p in phases if p.audience_sockets]
+    if fanout:
+        missed = sum(m for _, m in fanout)
+        delivered = (
+            "every" if not missed else f"{missed} (socket, decision) pairs MISSING: not every"
+        )
+        print(
+            f"fan-out: {delivered} decision reached every reviewer's open inbox "
+            f"({max(n for n, _ in fanout)} sockets at the largest R)"
+        )
+        ok &= not missed
     if bench.ws_failures:
         bench.notes.append(
             f"{len(bench.ws_failures)} run-page websocket handshake(s) failed and were retried "
@@ -660,6 +725,19 @@ def main(argv: list[str] | None = None) -> int:
         "--pool-size", type=int, default=10, help="DATABASE_POOL_SIZE per process (default 10)"
     )
     ap.add_argument("--observer-path", default="/ws/inbox/", help="the observers' inbox socket")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="paced: the team decides about RATE decisions/s in all (each reviewer pauses a "
+        "random exponential time, mean R/RATE s, before each decision); 0 = back to back",
+    )
+    ap.add_argument(
+        "--no-audience",
+        dest="audience",
+        action="store_false",
+        help="do not open every deciding reviewer's own inbox socket",
+    )
     ap.add_argument("--timeout", type=float, default=60, help="per-step timeout (s)")
     ap.add_argument("--db-name", default="toolnexus_bench_latency")
     ap.add_argument("--redis-db", type=int, default=5)
