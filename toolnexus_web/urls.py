@@ -9,3 +9,8 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("approvals.urls")),
 ]
+
+# API clients get JSON for every error, also for URLs no endpoint matches (e.g. an id with a
+# "/" in it); pages keep Django's own.
+handler404 = "approvals.views.not_found"
+handler500 = "approvals.views.server_error"

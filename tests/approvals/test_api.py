@@ -713,3 +713,31 @@ def test_list_query_counts_are_constant():
     for path in LIST_PATHS:
         assert client.get(path).json()["count"] >= 10, path
     assert small == large
+
+
+def test_urls_no_endpoint_matches_get_json_404_under_api_and_html_elsewhere():
+    user = make_user()
+    headers = bearer(user)
+    client = Client()
+    for path in ("/api/requests/a/b/decline", "/api/nothing-here", "/api/runs/1/2"):
+        response = post_json(client, path, {}, headers=headers)
+        assert response.status_code == 404, path
+        assert response["Content-Type"] == "application/json", path
+        assert response.json() == {"detail": "Not Found: no endpoint at this URL"}
+    page = Client().get("/no-such-page/")
+    assert page.status_code == 404
+    assert page["Content-Type"].startswith("text/html")
+
+
+def test_an_unexpected_error_in_the_api_is_a_json_500(monkeypatch):
+    user = make_user()
+
+    def broken(**kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("approvals.selectors.request_list", broken)
+    client = Client(raise_request_exception=False)
+    response = client.get("/api/requests", headers=bearer(user))
+    assert response.status_code == 500
+    assert response.json() == {"detail": "Internal server error"}
+    assert "boom" not in response.content.decode()
