@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.utils import OperationalError
 from django.dispatch import receiver
 from django.utils import timezone
@@ -33,9 +33,39 @@ def current_worker_id() -> str:
     return getattr(_current, "worker_id", "adhoc")
 
 
+# On PostgreSQL an enqueue also wakes the workers of OTHER processes: NOTIFY on this channel
+# inside the enqueueing transaction (delivered at commit, dropped on rollback), and a listener
+# thread in each worker process. Polling stays as the fallback, so a lost notification only
+# costs one poll interval.
+WAKE_CHANNEL = "toolnexus_tasks"
+
+
 @receiver(task_enqueued)
 def _wake_on_enqueue(sender, **kwargs) -> None:
     transaction.on_commit(wake.set)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {WAKE_CHANNEL}")
+
+
+def listen_for_tasks(stop: threading.Event) -> None:
+    """Set `wake` whenever another process enqueues a task (PostgreSQL only); reconnects
+    after errors until `stop` is set."""
+    import psycopg
+
+    while not stop.is_set():
+        try:
+            params = connection.get_connection_params()
+            params.pop("cursor_factory", None)
+            with psycopg.connect(**params, autocommit=True) as conn:
+                conn.execute(f"LISTEN {WAKE_CHANNEL}")
+                wake.set()  # anything enqueued while we were not listening
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=1.0, stop_after=1):
+                        wake.set()
+        except Exception as exc:
+            log.warning("task listener: %s; polling until it reconnects", exc)
+            stop.wait(1.0)
 
 
 class Worker:
@@ -136,6 +166,13 @@ class Worker:
         threading.Thread(
             target=self.heartbeat, name=f"heartbeat-{self.worker_id[:8]}", daemon=True
         ).start()
+        if connection.vendor == "postgresql":
+            threading.Thread(
+                target=listen_for_tasks,
+                args=(self.stop,),
+                name=f"task-listener-{self.worker_id[:8]}",
+                daemon=True,
+            ).start()
         while not self.stop.is_set():
             close_old_connections()
             self._maybe_maintain()

@@ -345,9 +345,9 @@ class Stack:
         started = [self.start_server(**extra_env) for _ in range(count)]
         return [self.ready(p) for p in started]
 
-    def worker(self, **extra_env: str) -> Proc:
+    def worker(self, *, interval: str = "0.1", **extra_env: str) -> Proc:
         proc = self.spawn(
-            f"worker-{len(self.procs)}", ["db_worker", "--interval", "0.1"], **extra_env
+            f"worker-{len(self.procs)}", ["db_worker", "--interval", interval], **extra_env
         )
 
         def running() -> bool:
