@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.topology import (
     BenchError,
     Config,
+    CpuMeter,
     LoopLag,
     PendingRun,
     Profiler,
@@ -167,6 +168,7 @@ class Phase:
     seconds: float = 0.0
     lag: list[float] = field(default_factory=list)
     events: list[tuple[int, float, float, float]] = field(default_factory=list)  # pk, t0, ta, tb
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per part of the topology
     audience_sockets: int = 0
     audience_missed: int = 0  # (socket, decision) pairs whose card-drop frame never came
 
@@ -350,6 +352,8 @@ class Bench:
                     result.c.append((tc - t0) * 1000)
                 result.events.append((pk, t0, ta, tb))
 
+        cpu = CpuMeter(self.topo)
+        cpu.start()
         lag.start()
         t0 = time.perf_counter()
         try:
@@ -357,6 +361,7 @@ class Bench:
         finally:
             result.seconds = time.perf_counter() - t0
             result.lag = await lag.stop()
+            result.cpu = cpu.stop()
             if audience:
                 decided = {pk for pk, *_ in result.events}
                 deadline = time.perf_counter() + 10  # the last fan-outs reach every inbox
@@ -527,8 +532,16 @@ def print_report(phases: list[Phase], args, bench: Bench, topo: Topology) -> boo
     if args.trace:
         print_trace(phases, read_traces(topo), rs)
 
-    print("context per phase (median over rounds)")
-    head = f"{'R':>3}  {'variant':<7} {'decisions/s':>11} {'client loop lag p50/p99 ms':>27}"
+    print(
+        "context per phase (median over rounds); CPU ms per decision, all rounds: servers, "
+        "workers, PostgreSQL, Redis, this client"
+    )
+    parts = ("servers", "workers", "postgres", "redis", "client")
+    head = (
+        f"{'R':>3}  {'variant':<7} {'decisions/s':>11} {'client loop lag p50/p99 ms':>27}  "
+        + " ".join(f"{p[:8]:>8}" for p in parts)
+        + f" {'total':>7}"
+    )
     print(head)
     print("-" * len(head))
     for r in rs:
@@ -538,9 +551,13 @@ def print_report(phases: list[Phase], args, bench: Bench, topo: Topology) -> boo
                 continue
             rate = statistics.median(len(p.a) / p.seconds for p in ps if p.seconds)
             lag = [x for p in ps for x in p.lag]
+            n = sum(len(p.a) for p in ps) or 1
+            per = {part: 1000 * sum(p.cpu.get(part, 0.0) for p in ps) / n for part in parts}
             print(
                 f"{r:>3}  {variant:<7} {rate:>11.1f} "
-                f"{percentile(lag, 0.5):>13.2f} / {percentile(lag, 0.99):<8.2f}"
+                f"{percentile(lag, 0.5):>13.2f} / {percentile(lag, 0.99):<8.2f}  "
+                + " ".join(f"{per[part]:>8.1f}" for part in parts)
+                + f" {sum(per.values()):>7.1f}"
             )
     print()
 
@@ -717,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="warm-up decisions per server and kind")
     ap.add_argument("--servers", type=int, default=2, help="Daphne processes (default 2)")
     ap.add_argument("--workers", type=int, default=2, help="db_worker processes (default 2)")
-    ap.add_argument("--worker-interval", type=float, default=0.05, help="idle poll of a worker (s)")
+    ap.add_argument("--worker-interval", type=float, default=0.2, help="idle poll of a worker (s)")
     ap.add_argument(
         "--no-pool", action="store_true", help="DATABASE_POOL off (a connection per request)"
     )

@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--servers", type=int, default=2, help="Daphne processes (default 2)")
     ap.add_argument("--workers", type=int, default=2, help="db_worker processes, sustained phase")
-    ap.add_argument("--worker-interval", type=float, default=0.05, help="idle poll of a worker (s)")
+    ap.add_argument("--worker-interval", type=float, default=0.2, help="idle poll of a worker (s)")
     ap.add_argument("--no-pool", action="store_true", help="DATABASE_POOL off")
     ap.add_argument(
         "--pool-size", type=int, default=10, help="DATABASE_POOL_SIZE per process (default 10)"

@@ -78,6 +78,59 @@ class Proc:
     port: int | None = None
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(pid: int | str) -> float:
+    """CPU seconds (user + system) a process has used, or 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _pids_named(names: tuple[str, ...]) -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() in names:
+                    out.append(d.name)
+            except OSError:
+                continue
+    return out
+
+
+class CpuMeter:
+    """CPU seconds used by each part of the topology between start() and stop(): servers,
+    workers, PostgreSQL (every postgres process: backends do the queries), Redis, and this
+    client. Processes that start in between (new PostgreSQL backends) count from zero."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.before: dict[str, dict[str, float]] = {}
+
+    def _sample(self) -> dict[str, dict[str, float]]:
+        return {
+            "servers": {str(p.popen.pid): _cpu_of(p.popen.pid) for p in self.topo.servers},
+            "workers": {str(p.popen.pid): _cpu_of(p.popen.pid) for p in self.topo.workers},
+            "postgres": {pid: _cpu_of(pid) for pid in _pids_named(("postgres",))},
+            "redis": {pid: _cpu_of(pid) for pid in _pids_named(("redis-server",))},
+            "client": {"self": _cpu_of(os.getpid())},
+        }
+
+    def start(self) -> None:
+        self.before = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after = self._sample()
+        return {
+            part: sum(v - self.before.get(part, {}).get(pid, 0.0) for pid, v in now.items())
+            for part, now in after.items()
+        }
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
