@@ -105,7 +105,7 @@ def _full_batch(changes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]
     return [m for change in changes for m in build_messages(**change)]
 
 
-# HTTP requests this process is serving (RequestsInFlightMiddleware counts them).
+# HTTP requests this process is serving (middleware.requests_in_flight_middleware counts).
 _in_flight = 0
 _idle = threading.Condition()
 # Longest the full lane waits for the requests in flight to finish before it renders anyway.

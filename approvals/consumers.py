@@ -17,6 +17,11 @@ from django.utils.html import format_html
 
 from . import broadcast
 
+try:  # what Daphne's websocket layer raises on a send after the client went away
+    from autobahn.exception import Disconnected as ClientGone
+except ImportError:  # another ASGI server
+    ClientGone = ()  # type: ignore[assignment,misc]
+
 MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving client
 
 
@@ -48,7 +53,11 @@ class _Base(AsyncWebsocketConsumer):
         return ""  # no cookie: htmx posts still send the page's token as a header
 
     async def push(self, html: str) -> None:
-        await self.send(text_data=broadcast.personalize(html, self.csrf_token))
+        try:
+            await self.send(text_data=broadcast.personalize(html, self.csrf_token))
+        except ClientGone:
+            # The page closed while a push was on its way; its next connect re-renders.
+            return
 
     def _permissions(self, user) -> tuple[bool, bool]:
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)

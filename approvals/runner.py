@@ -267,6 +267,7 @@ async def _drive(
             messages=info["messages"],
             applied_request_pk=applied["pk"],
         )
+        applied["pk"] = None  # committed with this checkpoint: later ones need not repeat it
 
     toolkit = await create_toolkit(builtins=False, extra_tools=_prepare_tools(agent, run.pk))
     client = agent.build_client(run.system_prompt)

@@ -216,8 +216,9 @@ def run_claim(*, run_id: int, worker_id: str) -> Run | None:
     return run
 
 
-def _locked_own_run(run_id: int, worker_id: str) -> Run:
-    run = Run.objects.select_for_update().get(pk=run_id)
+def _locked_own_run(run_id: int, worker_id: str, *, only: tuple[str, ...] = ()) -> Run:
+    runs = Run.objects.select_for_update()
+    run = (runs.only("id", "status", "worker_id", *only) if only else runs).get(pk=run_id)
     if run.status != RunStatus.RUNNING or run.worker_id != worker_id:
         raise LeaseLost(
             f"run {run_id} is no longer held by worker {worker_id} (status {run.status})"
@@ -234,7 +235,8 @@ def run_checkpoint(
 ) -> None:
     """Store the transcript after a step and renew the worker's lease."""
     with transaction.atomic():
-        run = _locked_own_run(run_id, worker_id)
+        # The transcript is about to be replaced: no need to read the stored one.
+        run = _locked_own_run(run_id, worker_id, only=("lease_expires_at", "updated_at"))
         run.messages = messages
         run.lease_expires_at = timezone.now() + timedelta(
             seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS

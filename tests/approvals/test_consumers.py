@@ -536,3 +536,25 @@ def test_flush_returns_at_once_when_nothing_was_ever_queued():
     )
     assert float(out.stdout.strip().splitlines()[-1]) < 1, out.stdout
     assert time.monotonic() - started < 30
+
+
+async def test_a_push_to_a_page_that_just_went_away_is_dropped_quietly():
+    from autobahn.exception import Disconnected
+
+    from approvals.consumers import InboxConsumer
+
+    consumer = InboxConsumer()
+    consumer.csrf_token = ""
+
+    async def gone(**kwargs):
+        raise Disconnected("Attempt to send on a closed protocol")
+
+    consumer.send = gone
+    await consumer.push("<p>late</p>")  # no exception: nothing to tell a closed page
+
+    async def broken(**kwargs):
+        raise RuntimeError("something else")
+
+    consumer.send = broken
+    with pytest.raises(RuntimeError):
+        await consumer.push("<p>late</p>")
