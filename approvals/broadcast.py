@@ -15,6 +15,7 @@ import asyncio
 import logging
 import queue
 import threading
+from contextvars import ContextVar, Token
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -112,14 +113,24 @@ _idle = threading.Condition()
 RENDER_YIELD_SECONDS = 0.25
 
 
-def request_started() -> None:
+# Light messages of changes a request committed, held until its view has returned: sending
+# them meanwhile would make the lane thread and the response compete for the GIL.
+_held: ContextVar[list[dict[str, Any]] | None] = ContextVar("toolnexus_held_pushes", default=None)
+
+
+def request_started() -> Token:
     global _in_flight
     with _idle:
         _in_flight += 1
+    return _held.set([])
 
 
-def request_finished() -> None:
+def request_finished(token: Token) -> None:
     global _in_flight
+    held = _held.get() or []
+    _held.reset(token)
+    for item in held:
+        _light_lane.put(item)
     with _idle:
         _in_flight -= 1
         if _in_flight <= 0:
@@ -159,7 +170,11 @@ def changed(
                 event = light_event(decided)
             except Exception:  # the lane reads the row instead
                 log.exception("building the light message of request %s failed", request_pk)
-        _light_lane.put({**item, "event": event})
+        held = _held.get()  # the same list in the view's thread: contexts are copied
+        if held is not None:
+            held.append({**item, "event": event})
+        else:
+            _light_lane.put({**item, "event": event})
     _full_lane.put(item)
 
 

@@ -67,25 +67,26 @@ def _has_nul(value) -> bool:
 @sync_and_async_middleware
 def requests_in_flight_middleware(get_response):
     """Count the HTTP requests this process is serving, so the broadcaster renders live
-    fragments between them rather than competing with them for the interpreter."""
+    fragments between them rather than competing with them for the interpreter, and send a
+    request's light pushes once its view has returned."""
     from . import broadcast
 
     if iscoroutinefunction(get_response):
 
         async def middleware(request: HttpRequest) -> HttpResponse:
-            broadcast.request_started()
+            token = broadcast.request_started()
             try:
                 return await get_response(request)
             finally:
-                broadcast.request_finished()
+                broadcast.request_finished(token)
 
     else:
 
         def middleware(request: HttpRequest) -> HttpResponse:
-            broadcast.request_started()
+            token = broadcast.request_started()
             try:
                 return get_response(request)
             finally:
-                broadcast.request_finished()
+                broadcast.request_finished(token)
 
     return middleware

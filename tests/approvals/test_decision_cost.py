@@ -140,44 +140,94 @@ def test_a_pending_card_differs_for_deciders_and_watchers():
     assert "/decline/" not in event["cards"]["view"]
 
 
-def test_rendering_waits_for_the_requests_in_flight_but_the_light_message_does_not(monkeypatch):
+def _record_builds(monkeypatch) -> dict[str, list[float]]:
     built: dict[str, list[float]] = {"light": [], "full": []}
-    real_light, real_full = broadcast._light_lane.build, broadcast._full_lane.build
 
-    def record(name, real):
+    def record(name):
         def build(changes):
             built[name].append(time.monotonic())
-            return []  # nothing to send: this test watches the timing only
+            return []  # nothing to send: these tests watch the timing only
 
         return build
 
-    monkeypatch.setattr(broadcast._light_lane, "build", record("light", real_light))
-    monkeypatch.setattr(broadcast._full_lane, "build", record("full", real_full))
-    broadcast.request_started()
+    monkeypatch.setattr(broadcast._light_lane, "build", record("light"))
+    monkeypatch.setattr(broadcast._full_lane, "build", record("full"))
+    return built
+
+
+def _wait_until(predicate, timeout: float = 5) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def _other_request_in_flight() -> tuple[threading.Event, threading.Thread]:
+    """Another request being served by this process (its own thread and context)."""
+    release, started = threading.Event(), threading.Event()
+
+    def serve():
+        token = broadcast.request_started()
+        started.set()
+        release.wait(10)
+        broadcast.request_finished(token)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    assert started.wait(5)
+    return release, thread
+
+
+def test_a_requests_light_push_goes_when_its_view_returns_and_rendering_when_all_are_done(
+    monkeypatch,
+):
+    built = _record_builds(monkeypatch)
+    token = broadcast.request_started()
+    broadcast.changed(run_id=1, request_pk=1)  # committed while the view still works
+    time.sleep(0.1)
+    assert built == {"light": [], "full": []}, "a push competed with the view for the GIL"
+    release, other = _other_request_in_flight()
     try:
-        broadcast.changed(run_id=1, request_pk=1)
-        deadline = time.monotonic() + 5
-        while not built["light"] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert built["light"], "the light lane waited for the request"
+        returned = time.monotonic()
+        broadcast.request_finished(token)
+        assert _wait_until(lambda: built["light"]), "the light push stayed held"
+        assert built["light"][0] >= returned
         time.sleep(0.1)
         assert not built["full"], "the full lane rendered while a request was in flight"
     finally:
         finished = time.monotonic()
-        broadcast.request_finished()
+        release.set()
+        other.join()
     broadcast.flush()
     assert built["full"] and built["full"][0] >= finished
+
+
+def test_a_change_outside_any_request_is_pushed_light_at_once_even_when_requests_run(
+    monkeypatch,
+):
+    built = _record_builds(monkeypatch)
+    release, other = _other_request_in_flight()
+    try:
+        broadcast.changed(run_id=2, request_pk=2)  # e.g. a worker expiring a request
+        assert _wait_until(lambda: built["light"]), "the light push waited for a request"
+        assert not built["full"]
+    finally:
+        release.set()
+        other.join()
+    broadcast.flush()
+    assert built["full"]
 
 
 def test_rendering_does_not_wait_forever_for_a_busy_process(monkeypatch):
     built = threading.Event()
     monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 0.25)
     monkeypatch.setattr(broadcast._full_lane, "build", lambda changes: built.set() or [])
-    broadcast.request_started()  # a request that never finishes
+    release, other = _other_request_in_flight()  # a request that does not finish
     try:
         started = time.monotonic()
         broadcast.changed(run_id=1)
         assert built.wait(5)
         assert time.monotonic() - started >= 0.2
     finally:
-        broadcast.request_finished()
+        release.set()
+        other.join()
