@@ -182,6 +182,8 @@ def test_a_requests_light_push_goes_when_its_view_returns_and_rendering_when_all
     monkeypatch,
 ):
     built = _record_builds(monkeypatch)
+    # A patience far beyond this test's sleeps: only the requests finishing may release it.
+    monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 30.0)
     token = broadcast.request_started()
     broadcast.changed(run_id=1, request_pk=1)  # committed while the view still works
     time.sleep(0.1)
@@ -206,6 +208,7 @@ def test_a_change_outside_any_request_is_pushed_light_at_once_even_when_requests
     monkeypatch,
 ):
     built = _record_builds(monkeypatch)
+    monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 30.0)
     release, other = _other_request_in_flight()
     try:
         broadcast.changed(run_id=2, request_pk=2)  # e.g. a worker expiring a request
