@@ -103,7 +103,15 @@ def _light_batch(changes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
 
 
 def _full_batch(changes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    return [m for change in changes for m in build_messages(**change)]
+    # One count for the whole batch: a coalesced burst must not count a large inbox per change.
+    count = _pending_count() if any(c["request_pk"] is not None for c in changes) else None
+    return [m for change in changes for m in build_messages(**change, pending_count=count)]
+
+
+def _pending_count() -> int:
+    from .models import ApprovalRequest
+
+    return ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count()
 
 
 # HTTP requests this process is serving (middleware.requests_in_flight_middleware counts).
@@ -209,10 +217,12 @@ def _request_row(request_pk: int):
 
 
 def _request_event(
-    row, created: bool, cards: dict[str, str] | None, tool_names: list[str] | None = None
+    row,
+    created: bool,
+    cards: dict[str, str] | None,
+    tool_names: list[str] | None = None,
+    pending_count: int | None = None,
 ) -> dict[str, Any]:
-    from .models import ApprovalRequest
-
     if tool_names is None:
         tool_names = [c.tool_name for c in row.calls.all()]
 
@@ -227,10 +237,8 @@ def _request_event(
         "cards": cards,
         "toast": _toast(row, tool_names),
         # For unfiltered inboxes: their header count, without a query per page. Only in the
-        # full message: counting a large inbox must not delay the light one.
-        "pending_count": None
-        if cards is None
-        else ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count(),
+        # full message (None in the light one): counting a large inbox must not delay it.
+        "pending_count": pending_count,
     }
 
 
@@ -248,16 +256,14 @@ def build_light_messages(
 
 def light_event(row) -> dict[str, Any]:
     """The light message of a decided request, from the row in memory (no query)."""
-    from toolnexus.relay import relay_calls_of
-
-    names = [c.name for c in relay_calls_of(row.to_engine())] if row.is_relay else []
-    return _request_event(row, False, None, names)
+    return _request_event(row, False, None, row.relay_tool_names())
 
 
 def build_messages(
-    *, run_id: int, request_pk: int | None, created: bool
+    *, run_id: int, request_pk: int | None, created: bool, pending_count: int | None = None
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The rendered fragments for one change, addressed to their groups."""
+    """The rendered fragments for one change, addressed to their groups (`pending_count`:
+    the inbox's count if the caller has it already)."""
     from .models import Run
 
     out: list[tuple[str, dict[str, Any]]] = []
@@ -268,7 +274,9 @@ def build_messages(
         else:  # a decided card has no decision forms: one rendering serves everybody
             card = render_card(row, can_decide=False)
             cards = dict.fromkeys(VARIANTS, card)
-        out.append((INBOX_GROUP, _request_event(row, created, cards)))
+        if pending_count is None:
+            pending_count = _pending_count()
+        out.append((INBOX_GROUP, _request_event(row, created, cards, pending_count=pending_count)))
     run = Run.objects.filter(pk=run_id).select_related("started_by").first()
     if run is not None:
         out.append(

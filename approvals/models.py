@@ -140,6 +140,12 @@ class ApprovalRequest(models.Model):
 
         return Request.from_dict(self.wire)
 
+    def relay_tool_names(self) -> list[str]:
+        """The tools a relay request asks the host to run, from its own data (no query)."""
+        from toolnexus.relay import relay_calls_of
+
+        return [c.name for c in relay_calls_of(self.to_engine())] if self.is_relay else []
+
     @property
     def wire(self) -> dict:
         out = {"id": self.request_id, "kind": self.kind, "prompt": self.prompt}

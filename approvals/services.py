@@ -534,8 +534,7 @@ def _model_reads(row: ApprovalRequest, answer: Answer | None, reason: str) -> st
         return ""
     if row.is_relay:
         # The relay calls' names ride the request's own data: no second read of its calls.
-        names = [c.name for c in relay_calls_of(row.to_engine())]
-        return "; ".join(decline_text(name, answer.reason) for name in names)
+        return "; ".join(decline_text(name, answer.reason) for name in row.relay_tool_names())
     return f"declined/expired: {row.prompt} (reason: {answer.reason or DEFAULT_REASON})"
 
 

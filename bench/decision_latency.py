@@ -47,13 +47,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.topology import (
     BenchError,
-    Config,
     CpuMeter,
     LoopLag,
     PendingRun,
     Profiler,
     Reviewer,
     Topology,
+    add_topology_args,
+    config_from_args,
     create_pending_runs,
     http_client,
     percentile,
@@ -732,15 +733,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rounds", type=int, default=2, help="repetitions, order alternated")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up decisions per server and kind")
-    ap.add_argument("--servers", type=int, default=2, help="Daphne processes (default 2)")
-    ap.add_argument("--workers", type=int, default=2, help="db_worker processes (default 2)")
-    ap.add_argument("--worker-interval", type=float, default=0.2, help="idle poll of a worker (s)")
-    ap.add_argument(
-        "--no-pool", action="store_true", help="DATABASE_POOL off (a connection per request)"
-    )
-    ap.add_argument(
-        "--pool-size", type=int, default=10, help="DATABASE_POOL_SIZE per process (default 10)"
-    )
     ap.add_argument("--observer-path", default="/ws/inbox/", help="the observers' inbox socket")
     ap.add_argument(
         "--rate",
@@ -756,15 +748,18 @@ def main(argv: list[str] | None = None) -> int:
         help="do not open every deciding reviewer's own inbox socket",
     )
     ap.add_argument("--timeout", type=float, default=60, help="per-step timeout (s)")
-    ap.add_argument("--db-name", default="toolnexus_bench_latency")
-    ap.add_argument("--redis-db", type=int, default=5)
     ap.add_argument("--profile", type=Path, help="py-spy every process during the largest R (ours)")
     ap.add_argument(
         "--trace", action="store_true", help="split (b) into its parts (wraps the broadcaster)"
     )
     ap.add_argument("--json", type=Path, help="also write every sample to this file")
-    ap.add_argument("--keep-logs", action="store_true", help="keep the processes' logs")
     ap.add_argument("--strict", action="store_true", help="exit 2 when a goal is missed")
+    add_topology_args(
+        ap,
+        db_name="toolnexus_bench_latency",
+        redis_db=5,
+        workers_help="db_worker processes (default 2)",
+    )
     args = ap.parse_args(argv)
     try:
         args.reviewers_list = sorted({int(x) for x in args.reviewers.split(",") if x.strip()})
@@ -779,17 +774,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         require_websockets()
-        cfg = Config(
-            db_name=args.db_name,
-            redis_db=args.redis_db,
-            servers=args.servers,
-            workers=args.workers,
-            worker_interval=args.worker_interval,
-            pool=not args.no_pool,
-            pool_size=args.pool_size,
-            keep_logs=args.keep_logs,
-            extra_env={"BENCH_TRACE": "1"} if args.trace else {},
-        )
+        cfg = config_from_args(args, **({"BENCH_TRACE": "1"} if args.trace else {}))
     except BenchError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1

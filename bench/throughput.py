@@ -40,11 +40,12 @@ from bench.topology import (
     PG_PORT,
     PG_USER,
     BenchError,
-    Config,
     PendingRun,
     Profiler,
     Reviewer,
     Topology,
+    add_topology_args,
+    config_from_args,
     create_pending_runs,
     http_client,
     percentile,
@@ -561,39 +562,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--overload-runs", type=int, default=200, help="of those, kept for the overload phase"
     )
-    ap.add_argument("--servers", type=int, default=2, help="Daphne processes (default 2)")
-    ap.add_argument("--workers", type=int, default=2, help="db_worker processes, sustained phase")
-    ap.add_argument("--worker-interval", type=float, default=0.2, help="idle poll of a worker (s)")
-    ap.add_argument("--no-pool", action="store_true", help="DATABASE_POOL off")
-    ap.add_argument(
-        "--pool-size", type=int, default=10, help="DATABASE_POOL_SIZE per process (default 10)"
-    )
     ap.add_argument("--sample-every", type=float, default=0.5, help="queue sampling period (s)")
     ap.add_argument("--drain-timeout", type=float, default=180, help="max wait for a drain (s)")
-    ap.add_argument("--db-name", default="toolnexus_bench_throughput")
-    ap.add_argument("--redis-db", type=int, default=6)
     ap.add_argument("--profile", type=Path, help="py-spy every process in each phase (dir)")
-    ap.add_argument("--keep-logs", action="store_true")
+    add_topology_args(
+        ap,
+        db_name="toolnexus_bench_throughput",
+        redis_db=6,
+        workers_help="db_worker processes, sustained phase",
+    )
     args = ap.parse_args(argv)
     if args.reviewers < 1 or args.seconds <= 0 or args.runs < 10:
         ap.error("--reviewers >= 1, --seconds > 0 and --runs >= 10 please")
     if args.overload_seconds > 0 and args.overload_runs >= args.runs:
         ap.error("--overload-runs must be smaller than --runs")
-    try:
-        cfg = Config(
-            db_name=args.db_name,
-            redis_db=args.redis_db,
-            servers=args.servers,
-            workers=args.workers,
-            worker_interval=args.worker_interval,
-            pool=not args.no_pool,
-            pool_size=args.pool_size,
-            keep_logs=args.keep_logs,
-        )
-    except BenchError as exc:
-        print(f"\nFAILED: {exc}", file=sys.stderr)
-        return 1
-    return run_benchmark(cfg, lambda topo: main_async(args, topo))
+    return run_benchmark(config_from_args(args), lambda topo: main_async(args, topo))
 
 
 if __name__ == "__main__":

@@ -56,11 +56,41 @@ class Config:
     redis_db: int
     servers: int = 2
     workers: int = 2
-    worker_interval: float = 0.05
+    worker_interval: float = 0.2
     pool: bool = True
     pool_size: int = 10
     keep_logs: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def add_topology_args(ap, *, db_name: str, redis_db: int, workers_help: str) -> None:
+    """The flags both topology benches take for the processes they start."""
+    ap.add_argument("--servers", type=int, default=2, help="Daphne processes (default 2)")
+    ap.add_argument("--workers", type=int, default=2, help=workers_help)
+    ap.add_argument("--worker-interval", type=float, default=0.2, help="idle poll of a worker (s)")
+    ap.add_argument(
+        "--no-pool", action="store_true", help="DATABASE_POOL off (a connection per request)"
+    )
+    ap.add_argument(
+        "--pool-size", type=int, default=10, help="DATABASE_POOL_SIZE per process (default 10)"
+    )
+    ap.add_argument("--db-name", default=db_name)
+    ap.add_argument("--redis-db", type=int, default=redis_db)
+    ap.add_argument("--keep-logs", action="store_true", help="keep the processes' logs")
+
+
+def config_from_args(args, **extra_env: str) -> Config:
+    return Config(
+        db_name=args.db_name,
+        redis_db=args.redis_db,
+        servers=args.servers,
+        workers=args.workers,
+        worker_interval=args.worker_interval,
+        pool=not args.no_pool,
+        pool_size=args.pool_size,
+        keep_logs=args.keep_logs,
+        extra_env=extra_env,
+    )
 
 
 @dataclass

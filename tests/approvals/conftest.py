@@ -8,7 +8,7 @@ from approvals import agents
 from approvals.demo import demo_generate, demo_tools, issue_refund
 from toolnexus import create_in_process_client
 
-from .factories import MockOpenAI
+from .factories import registered_mock_agent
 
 
 @pytest.fixture
@@ -30,13 +30,5 @@ def second_demo_agent():
 def mock_model():
     """`remote`: an agent whose model is an OpenAI-style endpoint on httpx.MockTransport,
     with the demo's tools; set `mock_model.fail = True` to make the endpoint answer 500."""
-    model = MockOpenAI(tool="refund", tool_input={"order": "B-7", "amount": 9})
-    agents.register(
-        "remote",
-        model=model.client,
-        tools=demo_tools,
-        executors={"refund": issue_refund},
-        replace=True,
-    )
-    yield model
-    agents.unregister("remote")
+    with registered_mock_agent("remote", tool_input={"order": "B-7", "amount": 9}) as model:
+        yield model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -163,3 +164,27 @@ class MockOpenAI:
             retries=0,
             http_client=httpx.AsyncClient(transport=httpx.MockTransport(self.handler)),
         )
+
+
+@contextmanager
+def registered_mock_agent(
+    name: str, *, tool_input: dict[str, Any] | None = None, fail: bool = False
+):
+    """Register agent `name`: a `MockOpenAI` model that calls the demo's `refund` relay tool
+    (executor included) with `tool_input`; yields the model, unregisters the agent after."""
+    from approvals import agents
+    from approvals.demo import demo_tools, issue_refund
+
+    model = MockOpenAI(tool="refund", tool_input=tool_input)
+    model.fail = fail
+    agents.register(
+        name,
+        model=model.client,
+        tools=demo_tools,
+        executors={"refund": issue_refund},
+        replace=True,
+    )
+    try:
+        yield model
+    finally:
+        agents.unregister(name)

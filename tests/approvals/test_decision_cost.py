@@ -234,3 +234,21 @@ def test_rendering_does_not_wait_forever_for_a_busy_process(monkeypatch):
     finally:
         release.set()
         other.join()
+
+
+def test_a_burst_of_decisions_counts_the_pending_inbox_once():
+    user = make_user()
+    changes = []
+    for _ in range(3):
+        run = start_and_halt(user=user)
+        row = services.request_decline(
+            request_id=run.requests.get().request_id, user=user, reason="no"
+        )
+        changes.append({"run_id": run.pk, "request_pk": row.pk, "created": False})
+    with CaptureQueriesContext(connection) as ctx:
+        messages = broadcast._full_batch(changes)
+    counts = [s for s in _statements(ctx) if s.startswith("SELECT COUNT(*)")]
+    assert len(counts) == 1, counts
+    inbox = [m for group, m in messages if group == broadcast.INBOX_GROUP]
+    assert [m["request_pk"] for m in inbox] == [c["request_pk"] for c in changes]
+    assert {m["pending_count"] for m in inbox} == {0}

@@ -11,15 +11,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals import agents, services
-from approvals.demo import demo_tools, issue_refund
+from approvals import services
 from approvals.models import ApprovalRequest, Event, RequestCall, Run
 
 from .factories import (
-    MockOpenAI,
     drain,
     fresh,
     make_user,
+    registered_mock_agent,
     session_client,
     start_and_halt,
     tool_output,
@@ -78,16 +77,8 @@ def halted(reviewer):
 def mock_agent():
     """`mocked`: an OpenAI-style model on httpx.MockTransport with the demo's tools; set
     `.tool_input` before starting a run, `.fail = True` to make the endpoint answer 500."""
-    model = MockOpenAI(tool="refund", tool_input={"order": "B-7", "amount": 9})
-    agents.register(
-        "mocked",
-        model=model.client,
-        tools=demo_tools,
-        executors={"refund": issue_refund},
-        replace=True,
-    )
-    yield model
-    agents.unregister("mocked")
+    with registered_mock_agent("mocked", tool_input={"order": "B-7", "amount": 9}) as model:
+        yield model
 
 
 # -- access --------------------------------------------------------------------------------

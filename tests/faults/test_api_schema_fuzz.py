@@ -28,15 +28,14 @@ from urllib.parse import quote, urlencode
 
 import pytest
 from django.test import Client
-from django_tasks_db.models import DBTaskResult
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from approvals import agents, api, services
-from approvals.demo import demo_tools
-from approvals.models import ApprovalRequest, Event, RequestCall, Run, ToolExecution
-from tests.approvals.factories import MockOpenAI, bearer, make_user, start_and_halt
+from approvals import api, services
+from approvals.models import ApprovalRequest, Run
+from tests.approvals.factories import bearer, make_user, registered_mock_agent, start_and_halt
+from tests.faults.rows import snapshot
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
@@ -177,31 +176,6 @@ def queries(keys: list[str]) -> st.SearchStrategy[dict[str, str]]:
 # -- the world ------------------------------------------------------------------------------
 
 
-def snapshot() -> dict[str, Any]:
-    """Every row a refused request must leave alone (every write bumps `updated_at` or a
-    state, so transcripts need not be compared)."""
-    return {
-        "runs": list(
-            Run.objects.order_by("pk").values_list(
-                "pk", "status", "version", "error", "updated_at", "attempts"
-            )
-        ),
-        "requests": list(
-            ApprovalRequest.objects.order_by("pk").values_list(
-                "pk", "state", "reason", "answer", "decided_by_id", "decided_at", "applied_at"
-            )
-        ),
-        "calls": list(
-            RequestCall.objects.order_by("pk").values_list(
-                "pk", "decision", "edited_input", "output", "is_error", "reason"
-            )
-        ),
-        "events": list(Event.objects.order_by("pk").values_list("pk", "action")),
-        "executions": ToolExecution.objects.count(),
-        "tasks": DBTaskResult.objects.count(),
-    }
-
-
 PROMPTS = {
     "relay": "Refund order A-1001, $250",
     "two": "Refund A-1002 $20 and email both",
@@ -240,19 +214,16 @@ class Targets:
 
 @pytest.fixture
 def world():
-    model = MockOpenAI()
-    model.fail = True
-    agents.register("fuzz-broken", model=model.client, tools=demo_tools, replace=True)
-    reviewer = make_user(role="reviewer")
-    watcher = make_user(role="watcher")
-    session = Client(enforce_csrf_checks=True, raise_request_exception=False)
-    session.force_login(reviewer)
-    yield {
-        "targets": Targets(reviewer),
-        "headers": {"reviewer": bearer(reviewer), "watcher": bearer(watcher), "anonymous": {}},
-        "session": session,
-    }
-    agents.unregister("fuzz-broken")
+    with registered_mock_agent("fuzz-broken", fail=True):
+        reviewer = make_user(role="reviewer")
+        watcher = make_user(role="watcher")
+        session = Client(enforce_csrf_checks=True, raise_request_exception=False)
+        session.force_login(reviewer)
+        yield {
+            "targets": Targets(reviewer),
+            "headers": {"reviewer": bearer(reviewer), "watcher": bearer(watcher), "anonymous": {}},
+            "session": session,
+        }
 
 
 # -- the properties ------------------------------------------------------------------------

@@ -19,20 +19,19 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 from django.utils.html import escape
-from django_tasks_db.models import DBTaskResult
 
-from approvals import agents, broadcast, services
-from approvals.demo import demo_tools, issue_refund
-from approvals.models import ApprovalRequest, Event, RequestCall, Run, ToolExecution
+from approvals import broadcast, services
+from approvals.models import ApprovalRequest, Run
 from tests.approvals.factories import (
-    MockOpenAI,
     bearer,
     drain,
     fresh,
     make_user,
+    registered_mock_agent,
     session_client,
     start_and_halt,
 )
+from tests.faults.rows import snapshot
 from toolnexus_web.asgi import application
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
@@ -49,38 +48,6 @@ class Raw(str):
 
 
 # -- the world every test starts from --------------------------------------------------------
-
-
-def snapshot() -> dict[str, Any]:
-    """Everything a bad request must leave alone."""
-    return {
-        "runs": list(
-            Run.objects.order_by("pk").values_list(
-                "pk",
-                "agent",
-                "prompt",
-                "status",
-                "version",
-                "error",
-                "text",
-                "messages",
-                "attempts",
-            )
-        ),
-        "requests": list(
-            ApprovalRequest.objects.order_by("pk").values_list(
-                "pk", "state", "reason", "answer", "decided_by_id", "decided_at", "applied_at"
-            )
-        ),
-        "calls": list(
-            RequestCall.objects.order_by("pk").values_list(
-                "pk", "decision", "edited_input", "output", "is_error", "reason"
-            )
-        ),
-        "events": list(Event.objects.order_by("pk").values_list("pk", "action")),
-        "executions": ToolExecution.objects.count(),
-        "tasks": DBTaskResult.objects.count(),
-    }
 
 
 class World:
@@ -141,23 +108,14 @@ USES = {
 def w(request):
     """The world, with the runs this test uses made up front, so that a test's "before"
     snapshot is taken after they exist."""
-    model = MockOpenAI()
-    model.fail = True
-    agents.register(
-        "broken",
-        model=model.client,
-        tools=demo_tools,
-        executors={"refund": issue_refund},
-        replace=True,
-    )
-    world = World()
-    callspec = getattr(request.node, "callspec", None)
-    uses = inspect.getsource(request.function) + repr(callspec.params if callspec else {})
-    for marker, attribute in USES.items():
-        if marker in uses:
-            getattr(world, attribute)
-    yield world
-    agents.unregister("broken")
+    with registered_mock_agent("broken", fail=True):
+        world = World()
+        callspec = getattr(request.node, "callspec", None)
+        uses = inspect.getsource(request.function) + repr(callspec.params if callspec else {})
+        for marker, attribute in USES.items():
+            if marker in uses:
+                getattr(world, attribute)
+        yield world
 
 
 def fill(template: str, w) -> str:
@@ -737,16 +695,10 @@ def test_inbox_filters_with_a_nul_character_do_not_fail(w, query):
 
 @pytest.fixture
 def hostile_agent():
-    model = MockOpenAI(tool="refund", tool_input={"order": HOSTILE_SCRIPT, "amount": 5})
-    agents.register(
-        "hostile",
-        model=model.client,
-        tools=demo_tools,
-        executors={"refund": issue_refund},
-        replace=True,
-    )
-    yield model
-    agents.unregister("hostile")
+    with registered_mock_agent(
+        "hostile", tool_input={"order": HOSTILE_SCRIPT, "amount": 5}
+    ) as model:
+        yield model
 
 
 def _assert_escaped(html: str, *raw: str) -> None:
