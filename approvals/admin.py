@@ -8,11 +8,18 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.shortcuts import render
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from . import services
 from .exceptions import ServiceError
 from .models import ApiToken, ApprovalRequest, Event, RequestCall, Run, ToolExecution
+from .presenters import request_title
+from .schema_forms import diff
+
+
+def _json_text(value) -> str:
+    return "(not set)" if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def pretty_json(value) -> str:
@@ -45,7 +52,7 @@ class RequestCallInline(admin.TabularInline):
         "tool_name",
         "input_pretty",
         "decision",
-        "edited_input",
+        "edits",
         "output",
         "is_error",
         "reason",
@@ -55,6 +62,20 @@ class RequestCallInline(admin.TabularInline):
     @admin.display(description="input")
     def input_pretty(self, obj):
         return pretty_json(obj.input)
+
+    @admin.display(description="edits (the model asked → approved)")
+    def edits(self, obj):
+        if obj.edited_input is None:
+            return "—"
+        changes = diff(obj.input or {}, obj.edited_input)
+        return (
+            format_html_join(
+                mark_safe("<br>"),
+                "{}: {} → {}",
+                ((c["key"], _json_text(c["before"]), _json_text(c["after"])) for c in changes),
+            )
+            or "no change"
+        )
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -110,7 +131,12 @@ class ApprovalRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="prompt")
     def short_prompt(self, obj):
-        return obj.prompt[:80]
+        # A relay request's own prompt is machine text for the engine ("relay tool call …
+        # to the caller"): show what a reviewer reads on the card instead.
+        title = request_title(obj, obj.relay_tool_names())[:80]
+        if obj.state == ApprovalRequest.State.PENDING:
+            return f"{title} (waiting for a decision)"
+        return title
 
     @admin.display(description="run")
     def run_link(self, obj):

@@ -36,6 +36,9 @@ class Agent:
     executors: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
     system_prompt: str = ""
     description: str = ""
+    # A call with an executor runs on the host once approved. Only an agent that says so lets
+    # a reviewer or host type that call's result instead (an override of what would run).
+    allow_typed_output: bool = False
 
     def build_tools(self) -> list[Tool]:
         tools = list(self.tools() if callable(self.tools) else self.tools)
@@ -82,6 +85,7 @@ def register(
     executors: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
     system_prompt: str = "",
     description: str = "",
+    allow_typed_output: bool = False,
     replace: bool = False,
 ) -> Agent:
     if not name or not isinstance(name, str) or len(name) > 100:
@@ -90,7 +94,15 @@ def register(
         raise TypeError(f"agent {name!r}: model must be a factory returning a toolnexus Client")
     if not callable(tools):
         tools = list(tools)
-    agent = Agent(name, model, tools, dict(executors or {}), system_prompt or "", description or "")
+    agent = Agent(
+        name,
+        model,
+        tools,
+        dict(executors or {}),
+        system_prompt or "",
+        description or "",
+        allow_typed_output=bool(allow_typed_output),
+    )
     if not callable(tools):
         agent.build_tools()  # fail at registration, not at the first run
     with _lock:

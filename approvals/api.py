@@ -125,6 +125,13 @@ class RunListFilter(Schema):
     offset: int = Field(0, ge=0, le=1_000_000_000)
 
 
+class ArgumentChange(Schema):
+    key: str
+    before: Any = None
+    after: Any = None
+    change: str = Field(..., description="changed, added or removed")
+
+
 class CallOut(Schema):
     id: str
     name: str
@@ -132,6 +139,9 @@ class CallOut(Schema):
     arguments: str
     decision: str | None
     edited_input: dict[str, Any] | None
+    changes: list[ArgumentChange] = Field(
+        default_factory=list, description="the reviewer's edits: each argument, before and after"
+    )
     output: str | None
     is_error: bool
     reason: str | None

@@ -117,7 +117,12 @@ def _plan(prompt: str) -> list[InProcessToolCall]:
         ]
         return [InProcessToolCall("call_question", "question", {"questions": questions})]
     if "delete" in words:
-        return [InProcessToolCall("call_delete", "delete_account", {"account": "acct-42"})]
+        # The account named after the word "account" (the model's choice, so the approval's
+        # prompt carries text the user typed), else acct-42.
+        named = re.search(r"\baccount\s+(<[^>]*>|\S+)", prompt, re.IGNORECASE)
+        account = named.group(1).rstrip(".,;:!?")[:200] if named else ""
+        account = account if account and account.lower() not in ("for", "of", "the") else "acct-42"
+        return [InProcessToolCall("call_delete", "delete_account", {"account": account})]
     if "email" in words or "two" in words or "both" in words:
         email = {
             "to": "customer@example.com",
@@ -142,6 +147,10 @@ def _describe(name: str, output: str) -> str:
             answer = json.loads(output)
         except ValueError:
             answer = output
+        answers = answer.get("answers") if isinstance(answer, dict) else None
+        if isinstance(answers, dict) and answers:
+            said = "; ".join(f"{q} {a}" for q, a in answers.items())
+            return f"Thanks, noted your answer: {said}."
         return f"Thanks, noted the answer: {json.dumps(answer, ensure_ascii=False)}."
     return f"Done with {name}: {output}."
 

@@ -2,22 +2,133 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from . import agents
 from .models import ApprovalRequest, RequestCall
-from .schema_forms import SchemaField, fields_for
+from .schema_forms import SchemaField, diff, fields_for
 
 State = ApprovalRequest.State
+Decision = RequestCall.Decision
+# One label per kind, for the card's badge and the inbox's filter alike.
 KIND_LABELS = {
-    "tool_call": "tool call",
+    "tool_call": "relay call",
     "approval": "approval",
     "question": "question",
     "input": "input",
     "authorization": "sign-in",
 }
+# An approval whose prompt says this gets a confirmation step before it is approved.
+IRREVERSIBLE = re.compile(
+    r"\b(cannot|can't|can not|won't be able to) be (undone|reversed|recovered)\b|\birreversibl",
+    re.IGNORECASE,
+)
+WAITING_TEXT = "Waiting for a decision"
+
+
+@dataclass
+class Outcome:
+    """How one decision reads in the record: a verb, who, when, and what it carried."""
+
+    verb: str  # "Approved", "Approved with edits", "Result typed", "Declined", ...
+    css: str  # approve | edit | output | decline | answered | expired | cancelled
+    actor: str
+    at: datetime | None
+    reason: str = ""
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    output: str | None = None
+    answers: list[tuple[str, str]] = field(default_factory=list)
+    is_error: bool = False
+
+    @property
+    def line(self) -> str:
+        """The outcome as one plain sentence (toasts, accessible names, the admin)."""
+        text = f"{self.verb} by {self.actor}"
+        if self.reason:
+            text += f": {self.reason}"
+        return text
+
+
+def _actor(row: ApprovalRequest) -> str:
+    return row.decided_by.get_username() if row.decided_by_id and row.decided_by else "the system"
+
+
+def answers_of(data: Any, questions: Sequence[QuestionCard] = ()) -> list[tuple[str, str]]:
+    """The answers an Answer's data carries, as (question or field, answer) pairs."""
+    if not isinstance(data, dict):
+        return []
+    if isinstance(data.get("answers"), dict):
+        headers = {q.text: q.header for q in questions}
+        return [(headers.get(str(k)) or str(k), _as_text(v)) for k, v in data["answers"].items()]
+    if set(data) == {"output"}:
+        return [("", _as_text(data["output"]))]
+    return [(str(k), _as_text(v)) for k, v in data.items()]
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def call_outcome(row: ApprovalRequest, call: RequestCall | None) -> Outcome | None:
+    """What was decided for one call of a decided request (None while it is pending)."""
+    if row.state == State.PENDING:
+        return None
+    actor, at = _actor(row), row.decided_at
+    if row.state == State.EXPIRED:
+        return Outcome("Expired", "expired", "the system", at, is_error=True)
+    if row.state == State.CANCELLED:
+        return Outcome("Cancelled", "cancelled", actor, at, reason=row.reason, is_error=True)
+    decision = call.decision if call is not None else ""
+    if decision == Decision.DECLINE:
+        return Outcome("Declined", "decline", actor, at, reason=call.reason, is_error=True)
+    if decision == Decision.EDIT:
+        changes = diff(call.input or {}, call.edited_input or {})
+        return Outcome("Approved with edits", "edit", actor, at, changes=changes)
+    if decision == Decision.OUTPUT:
+        return Outcome(
+            "Result typed", "output", actor, at, output=call.output, is_error=call.is_error
+        )
+    if decision == Decision.APPROVE:
+        return Outcome("Approved", "approve", actor, at, output=call.output)
+    # Requests decided as a whole (questions, inputs, sign-ins) and older rows.
+    if row.state == State.DECLINED:
+        return Outcome("Declined", "decline", actor, at, reason=row.reason, is_error=True)
+    answer_data = (row.answer or {}).get("data") if isinstance(row.answer, dict) else None
+    if row.state == State.ANSWERED:
+        return Outcome(
+            "Answered",
+            "answered",
+            actor,
+            at,
+            answers=answers_of(answer_data, _questions(row.data)),
+        )
+    if row.kind == "approval" and isinstance(answer_data, dict) and "input" in answer_data:
+        original = (row.data or {}).get("input") or {}
+        return Outcome(
+            "Approved with edits", "edit", actor, at, changes=diff(original, answer_data["input"])
+        )
+    return Outcome("Approved", "approve", actor, at)
+
+
+def request_outcome(row: ApprovalRequest, calls: Sequence[RequestCall]) -> Outcome | None:
+    """The decision of a whole request: one call's outcome when all calls agree, else
+    "Decided per call" (each call then shows its own)."""
+    if row.state == State.PENDING:
+        return None
+    outcomes = [call_outcome(row, c) for c in calls] or [call_outcome(row, None)]
+    first = outcomes[0]
+    if len(outcomes) > 1 and len({(o.verb, o.reason) for o in outcomes}) > 1:
+        return Outcome("Decided per call", "mixed", first.actor, first.at)
+    if len(outcomes) > 1 and first.css == "decline":
+        return Outcome("Declined", "decline", first.actor, first.at, reason=first.reason)
+    return first
 
 
 @dataclass
@@ -25,6 +136,12 @@ class CallCard:
     call: RequestCall
     has_executor: bool
     fields: list[SchemaField]
+    # The agent lets a reviewer type this call's result instead of running its executor.
+    may_type_output: bool = True
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return call_outcome(self.call.request, self.call)
 
 
 @dataclass
@@ -44,6 +161,8 @@ class RequestCard:
     input_fields: list[SchemaField] = field(default_factory=list)
     message: str = ""
     level: str = "info"
+    # The argument editor is open (it showed an error and keeps what was typed).
+    edit_open: bool = False
 
     @property
     def title(self) -> str:
@@ -70,14 +189,61 @@ class RequestCard:
         data = self.row.data or {}
         return data.get("input") if isinstance(data.get("input"), dict) else {}
 
+    @property
+    def outcome(self) -> Outcome | None:
+        return request_outcome(self.row, [c.call for c in self.calls])
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Approving runs something the prompt says cannot be undone: confirm it first."""
+        return self.row.kind == "approval" and bool(IRREVERSIBLE.search(self.row.prompt or ""))
+
+    @property
+    def summary(self) -> str:
+        """Agent, tool and key arguments in one line: the card's accessible name."""
+        if self.calls:
+            parts = [
+                f"{c.call.tool_name} {key_arguments(c.call.input)}".strip() for c in self.calls
+            ]
+            what = "; ".join(parts)
+        else:
+            what = self.title
+        return f"{self.kind_label} from {self.row.agent}: {what}"[:300]
+
+    @property
+    def action_target(self) -> str:
+        """What the card's buttons act on, for their accessible names ("Approve refund A-2002")."""
+        if self.calls:
+            first = self.calls[0].call
+            target = f"{first.tool_name} {key_arguments(first.input, limit=1)}".strip()
+            return target + (f" and {len(self.calls) - 1} more" if len(self.calls) > 1 else "")
+        return f"{self.kind_label} {self.row.request_id}"[:120]
+
 
 def request_title(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
-    """A human headline: relay prompts are machine text ("relay tool call x to ...")."""
+    """A human headline: relay prompts are machine text ("relay tool call x to ..."), and a
+    question's prompt repeats the questions the card lists anyway."""
     if row.kind == "tool_call" and tool_names:
         names = list(tool_names)
         joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         return f"The agent wants to run {joined}"
+    if row.kind == "question":
+        count = len(_questions(row.data))
+        return (
+            "The agent asks you a question" if count <= 1 else f"The agent asks {count} questions"
+        )
     return row.prompt
+
+
+def key_arguments(values: Any, limit: int = 3) -> str:
+    """The first few argument values in one short line ("A-2002, 40")."""
+    if not isinstance(values, dict):
+        return ""
+    shown = []
+    for value in list(values.values())[:limit]:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        shown.append(text if len(text) <= 40 else text[:39] + "…")
+    return ", ".join(shown)
 
 
 def _questions(data: dict[str, Any] | None) -> list[QuestionCard]:
@@ -99,11 +265,13 @@ def request_card(
     card = RequestCard(row=row, can_decide=can_decide, message=message, level=level)
     for call in row.calls.all():
         schema = agent.tool_schema(call.tool_name) if agent else None
+        has_executor = bool(agent and agent.executor_for(call.tool_name))
         card.calls.append(
             CallCard(
                 call,
-                bool(agent and agent.executor_for(call.tool_name)),
+                has_executor,
                 fields_for(schema, call.input),
+                may_type_output=not has_executor or bool(agent and agent.allow_typed_output),
             )
         )
     if row.kind == "question":
@@ -127,6 +295,10 @@ class TimelineEntry:
     is_error: bool = False
     decision: RequestCall | None = None
     request: ApprovalRequest | None = None
+    outcome: Outcome | None = None
+    # The call's request is still open: the transcript holds the engine's placeholder.
+    waiting: bool = False
+    answers: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _content_text(content: Any) -> str:
@@ -139,27 +311,55 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _question_answers(text: str, request: ApprovalRequest | None) -> list[tuple[str, str]]:
+    """A question's result is the answer's data as JSON: read it back as question/answer."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    questions = _questions(request.data) if request is not None else []
+    return answers_of(data, questions)
+
+
 def timeline(
-    messages: list[dict[str, Any]], decided_calls: dict[str, RequestCall]
+    messages: list[dict[str, Any]], requests: Sequence[ApprovalRequest] = ()
 ) -> list[TimelineEntry]:
     """The transcript as readable steps (OpenAI- or Anthropic-shaped), with each tool result
-    next to the human decision that produced it."""
+    next to the human decision that produced it, and calls still waiting for one marked."""
     entries: list[TimelineEntry] = []
     names: dict[str, str] = {}
+    decided_calls: dict[str, RequestCall] = {}
+    waiting_calls: set[str] = set()
+    for r in requests:
+        for c in r.calls.all():
+            if r.state == State.PENDING:
+                waiting_calls.add(c.call_id)
+            else:
+                decided_calls[c.call_id] = c
 
     def result(call_id: str, text: Any, is_error: bool) -> None:
         decision = decided_calls.get(call_id)
-        entries.append(
-            TimelineEntry(
-                "tool_result",
-                _content_text(text) if not isinstance(text, str) else text,
-                name=names.get(call_id, ""),
-                call_id=call_id,
-                is_error=is_error,
-                decision=decision,
-                request=decision.request if decision else None,
-            )
+        request = decision.request if decision else None
+        entry = TimelineEntry(
+            "tool_result",
+            _content_text(text) if not isinstance(text, str) else text,
+            name=names.get(call_id, ""),
+            call_id=call_id,
+            is_error=is_error,
+            decision=decision,
+            request=request,
+            outcome=call_outcome(request, decision) if request is not None else None,
+            waiting=call_id in waiting_calls,
         )
+        if entry.waiting:
+            entry.text, entry.is_error = WAITING_TEXT, False
+        elif request is not None and request.applied_at is None:
+            # Decided, but the worker has not carried it into the transcript yet: what is
+            # stored there is still the engine's placeholder.
+            entry.text, entry.is_error = "Decided: the run resumes with this decision.", False
+        elif entry.name == "question" and not is_error:
+            entry.answers = _question_answers(entry.text, request)
+        entries.append(entry)
 
     for m in messages:
         role = m.get("role") if isinstance(m, dict) else None
@@ -220,3 +420,39 @@ def _parse_args(raw: Any) -> Any:
         except ValueError:
             return raw
     return raw
+
+
+# -- a request's history ---------------------------------------------------------------------
+
+HISTORY_LABELS = {
+    "run_halted": "The run halted on this request",
+    "request_created": "Request created",
+    "request_approved": "Approved",
+    "request_answered": "Answered",
+    "request_declined": "Declined",
+    "request_expired": "Expired",
+    "request_cancelled": "Cancelled",
+    "run_resumed": "The run was queued to resume with the decision",
+    "run_cancelled": "The run was cancelled",
+}
+
+
+@dataclass
+class HistoryEntry:
+    at: datetime
+    label: str
+    actor: str
+    reason: str = ""
+
+
+def history(events: Sequence[Any]) -> list[HistoryEntry]:
+    """Audit events of one request as lines a reviewer reads."""
+    out = []
+    for e in events:
+        label = HISTORY_LABELS.get(e.action, e.action.replace("_", " ").capitalize())
+        actor = e.actor.get_username() if e.actor_id and e.actor else ""
+        reason = ""
+        if e.action in ("request_declined", "request_cancelled", "run_cancelled"):
+            reason = str((e.detail or {}).get("reason") or "")
+        out.append(HistoryEntry(e.created_at, label, actor, reason))
+    return out

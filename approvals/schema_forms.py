@@ -24,6 +24,7 @@ class SchemaField:
     required: bool
     choices: list[Any] | None = None
     help: str = ""
+    typed: bool = False  # value is the reviewer's raw text, shown as typed
 
     @property
     def html_name(self) -> str:
@@ -31,6 +32,8 @@ class SchemaField:
 
     @property
     def value_text(self) -> str:
+        if self.typed:
+            return "" if self.value is None else str(self.value)
         if self.widget == "json":
             return (
                 json.dumps(self.value, indent=2, ensure_ascii=False)
@@ -135,3 +138,18 @@ def diff(original: dict[str, Any], edited: dict[str, Any]) -> list[dict[str, Any
         elif before != after:
             rows.append({"key": key, "before": before, "after": after, "change": "changed"})
     return rows
+
+
+def fields_from_post(
+    schema: dict[str, Any] | None, original: dict[str, Any], post: Any
+) -> list[SchemaField]:
+    """The editor's fields holding what the reviewer typed (after an error), not the
+    original arguments: nothing typed is thrown away."""
+    fields = fields_for(schema, original)
+    for f in fields:
+        if f.widget == "checkbox":
+            f.value = f.html_name in post
+        elif f.html_name in post:
+            f.value = post.get(f.html_name)
+            f.typed = True
+    return fields

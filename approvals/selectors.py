@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
 from .models import ApprovalRequest, Event, RequestCall, Run
+from .schema_forms import diff
 
 State = ApprovalRequest.State
 
@@ -51,6 +52,16 @@ def run_list(*, status: str | None = None, agent: str | None = None) -> QuerySet
     return qs.order_by("-created_at", "-id")
 
 
+def request_history(*, row: ApprovalRequest) -> QuerySet[Event]:
+    """The audit events of one request, and the run's events that name it (halt, resume)."""
+    return (
+        Event.objects.filter(run_id=row.run_id)
+        .filter(Q(request_id=row.pk) | Q(detail__request_id=row.request_id))
+        .select_related("actor")
+        .order_by("created_at", "id")
+    )
+
+
 def run_events(*, run_id: int) -> QuerySet[Event]:
     return (
         Event.objects.filter(run_id=run_id)
@@ -74,6 +85,9 @@ def call_view(call: RequestCall) -> dict[str, Any]:
         "arguments": call.arguments,
         "decision": call.decision or None,
         "edited_input": call.edited_input,
+        "changes": diff(call.input or {}, call.edited_input)
+        if call.edited_input is not None
+        else [],
         "output": call.output,
         "is_error": call.is_error,
         "reason": call.reason or None,

@@ -634,27 +634,41 @@ def _decide_single(row: ApprovalRequest, *, input: Any, output: Any) -> tuple[st
     if row.kind == "approval":
         if output is not None:
             raise InvalidInput("output: an approval runs the tool; edit its input instead")
-        if input is not None:
+        original = (row.data or {}).get("input")
+        if input is not None and input != original:
             tool = (row.data or {}).get("tool", "")
             data = {"input": _validated_input(input, tool_schema(row.agent, tool), "input")}
             RequestCall.objects.filter(request=row).update(
                 decision=Decision.EDIT, edited_input=data["input"]
             )
-        else:
+        else:  # as shown (arguments "edited" to what they were are a plain approval)
             RequestCall.objects.filter(request=row).update(decision=Decision.APPROVE)
         return State.APPROVED, Answer(id=row.request_id, ok=True, data=data)
     if input is not None:
         data = _validated_input(input, (row.data or {}).get("schema"), "input")
     elif output is not None:
-        data = {"output": _clean_output(output)}
+        text = _clean_output(output)
+        if not text.strip():
+            raise InvalidInput("output: type the answer; an empty answer is not sent")
+        data = {"output": text}
     return (State.ANSWERED if data else State.APPROVED), Answer(
         id=row.request_id, ok=True, data=data
     )
 
 
 def _decide_relay_calls(
-    row: ApprovalRequest, *, input: Any, output: Any, calls: Mapping[str, Mapping[str, Any]] | None
+    row: ApprovalRequest,
+    *,
+    input: Any,
+    output: Any,
+    calls: Mapping[str, Mapping[str, Any]] | None,
+    fields: Mapping[str, str] | None = None,
 ) -> tuple[str, Answer | None]:
+    """Record a decision on every call of a relay request and work out the answer.
+
+    `fields` names each call's place in the caller's input for error messages (the API's
+    `calls.<id>`, an Answer's `data.results[i]`); without it, `calls.<id>`.
+    """
     call_rows = list(row.calls.select_for_update().order_by("position"))
     if not call_rows:
         raise InvalidInput("this relay request carries no calls")
@@ -679,26 +693,42 @@ def _decide_relay_calls(
         decision = spec.get("decision") or (
             "output" if spec.get("output") is not None else "approve"
         )
-        field = "" if shorthand else f"calls.{call.call_id}"
+        field = "" if shorthand else (fields or {}).get(call.call_id, f"calls.{call.call_id}")
         prefix = f"{field}." if field else ""
+        has_executor = agent is not None and agent.executor_for(call.tool_name) is not None
         if decision == Decision.DECLINE:
             call.decision, call.reason = Decision.DECLINE, _clean_reason(spec.get("reason"))
             call.output, call.is_error = decline_text(call.tool_name, call.reason), True
         elif decision == Decision.OUTPUT or spec.get("output") is not None:
-            call.decision, call.output = (
-                Decision.OUTPUT,
-                _clean_output(spec.get("output"), f"{prefix}output"),
-            )
+            if has_executor and not agent.allow_typed_output:
+                raise InvalidInput(
+                    f"{prefix}output: {call.tool_name} runs on the host once approved; approve"
+                    " or decline it (agent "
+                    f"{row.agent!r} does not take a typed result instead of running it)"
+                )
+            raw = spec.get("output")
+            text = _clean_output("" if raw is None else raw, f"{prefix}output")
+            if not text.strip():
+                raise InvalidInput(
+                    f"{prefix}output: type the result for {call.tool_name}; an empty result"
+                    " is not sent"
+                )
+            call.decision, call.output = Decision.OUTPUT, text
             call.is_error = spec.get("is_error") is True
         elif decision == Decision.APPROVE:
-            if agent is None or agent.executor_for(call.tool_name) is None:
+            if not has_executor:
                 raise InvalidInput(
-                    f"{field or 'output'}: {call.tool_name} has no executor here; type its output instead"
+                    f"{prefix}output: {call.tool_name} has no executor here; type its result"
+                    " or decline it"
                 )
             if spec.get("input") is not None:
                 schema = agent.tool_schema(call.tool_name)
                 call.edited_input = _validated_input(spec["input"], schema, f"{prefix}input")
-                call.decision = Decision.EDIT
+                call.decision = (
+                    Decision.EDIT if call.edited_input != call.input else Decision.APPROVE
+                )
+                if call.decision == Decision.APPROVE:
+                    call.edited_input = None  # "edited" to the same arguments: a plain approval
             else:
                 call.decision = Decision.APPROVE
         else:
@@ -716,8 +746,63 @@ def _decide_relay_calls(
     )
 
 
+def _relay_calls_from_answer(
+    row: ApprovalRequest, data: Mapping[str, Any]
+) -> tuple[dict[str, dict[str, Any]] | None, dict[str, str], Any]:
+    """An ok Answer for a relay request as per-call decisions: `data.results` by call id, or
+    the one-call shorthand `data.output` / `data.isError`. Returns (calls, field names,
+    shorthand output)."""
+    extra = sorted(set(data) - {"results", "output", "isError"})
+    if extra:
+        raise InvalidInput(
+            f"data: unexpected key(s) {', '.join(extra)}; a relay answer carries results"
+            " (or output and isError for one call)"
+        )
+    if "results" in data:
+        if "output" in data:
+            raise InvalidInput("data: give results or output, not both")
+        results = data["results"]
+        if not isinstance(results, list):
+            raise InvalidInput("data.results: must be a list of {id, output, isError}")
+        calls: dict[str, dict[str, Any]] = {}
+        fields: dict[str, str] = {}
+        for i, entry in enumerate(results):
+            where = f"data.results[{i}]"
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("id"), str):
+                raise InvalidInput(f"{where}.id: must be the call id, a string")
+            if entry["id"] in calls:
+                raise InvalidInput(f"{where}.id: call {entry['id']} has two results")
+            if not isinstance(entry.get("output"), str):
+                raise InvalidInput(f"{where}.output: must be a string")
+            if "isError" in entry and not isinstance(entry["isError"], bool):
+                raise InvalidInput(f"{where}.isError: must be true or false")
+            calls[entry["id"]] = {
+                "decision": Decision.OUTPUT,
+                "output": entry["output"],
+                "is_error": entry.get("isError") is True,
+            }
+            fields[entry["id"]] = where
+        known = {c.call_id for c in row.calls.all()}
+        unknown = sorted(set(calls) - known)
+        if unknown:
+            raise InvalidInput(f"data.results: unknown call id(s) {', '.join(unknown)}")
+        for call_id in known - set(calls):
+            fields[call_id] = f"data.results (call {call_id})"
+        return calls, fields, None
+    if "isError" in data and not isinstance(data["isError"], bool):
+        raise InvalidInput("data.isError: must be true or false")
+    if "output" in data and not isinstance(data["output"], str):
+        raise InvalidInput("data.output: must be a string")
+    return None, {}, data.get("output")
+
+
 def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalRequest:
-    """Decide with an `Answer` in wire shape, as a host would give the engine."""
+    """Decide with an `Answer` in wire shape, as a host would give the engine.
+
+    The answer is recorded per call exactly like the same decision made with approve or
+    decline: typed results, edited input, a decline. It is never stored as an override the
+    record does not show.
+    """
     _require(user, DECIDE_PERMISSION, "decide requests")
     try:
         parsed = answer if isinstance(answer, Answer) else Answer.from_dict(answer)
@@ -729,24 +814,42 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
         raise InvalidInput(
             f"id: the answer's id {parsed.id!r} does not echo the request id {request_id!r}"
         )
+    if not parsed.ok:
+        return request_decline(request_id=request_id, user=user, reason=parsed.reason)
+    data = parsed.data or {}
     with transaction.atomic():
         row = _lock_request(request_id)
-        if parsed.ok:
-            results = (parsed.data or {}).get("results")
-            for entry in results if isinstance(results, list) else []:
-                if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
-                    RequestCall.objects.filter(request=row, call_id=entry["id"]).update(
-                        decision=Decision.OUTPUT,
-                        output=str(entry.get("output", "")),
-                        is_error=entry.get("isError") is True,
+        if row.is_relay:
+            calls, fields, output = _relay_calls_from_answer(row, data)
+            if output is not None:  # the one-call shorthand
+                call_ids = [c.call_id for c in row.calls.all()]
+                if len(call_ids) != 1:
+                    raise InvalidInput(
+                        f"data.output: this request carries {len(call_ids)} calls; give"
+                        " data.results with one result per call id"
                     )
-            _decide(row, user, State.ANSWERED, parsed, "")
-        else:
-            parsed = answer_declined(parsed.id, _clean_reason(parsed.reason))
-            RequestCall.objects.filter(request=row).update(
-                decision=Decision.DECLINE, reason=parsed.reason, is_error=True
+                calls = {
+                    call_ids[0]: {
+                        "decision": Decision.OUTPUT,
+                        "output": output,
+                        "is_error": data.get("isError") is True,
+                    }
+                }
+                fields = {call_ids[0]: "data"}
+            new_state, decided = _decide_relay_calls(
+                row, input=None, output=None, calls=calls, fields=fields
             )
-            _decide(row, user, State.DECLINED, parsed, parsed.reason)
+        elif row.kind == "approval":
+            extra = sorted(set(data) - {"input"})
+            if extra:
+                raise InvalidInput(
+                    f"data: unexpected key(s) {', '.join(extra)}; an approval answer carries"
+                    " only input (the edited arguments)"
+                )
+            new_state, decided = _decide_single(row, input=data.get("input"), output=None)
+        else:
+            new_state, decided = _decide_single(row, input=data or None, output=None)
+        _decide(row, user, new_state, decided, "")
     return row
 
 

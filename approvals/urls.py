@@ -6,7 +6,8 @@ app_name = "approvals"
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
-    path("requests/<str:request_id>/", views.request_card, name="request-card"),
+    path("requests/<str:request_id>/", views.request_detail, name="request-detail"),
+    path("requests/<str:request_id>/card/", views.request_card, name="request-card"),
     path("requests/<str:request_id>/approve/", views.request_approve, name="request-approve"),
     path("requests/<str:request_id>/output/", views.request_output, name="request-output"),
     path("requests/<str:request_id>/edit/", views.request_edit, name="request-edit"),

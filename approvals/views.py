@@ -29,13 +29,7 @@ from .middleware import strict_json_loads
 from .models import ApprovalRequest, Run
 
 PAGE_SIZE = 20
-KINDS = [
-    ("tool_call", "relay call"),
-    ("approval", "approval"),
-    ("question", "question"),
-    ("input", "input"),
-    ("authorization", "authorization"),
-]
+KINDS = list(presenters.KIND_LABELS.items())
 VIEW_REQUESTS = "approvals.view_approvalrequest"
 DECIDE = "approvals.decide_request"
 
@@ -102,8 +96,36 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @login_required
 @permission_required(VIEW_REQUESTS, raise_exception=True)
 def request_card(request: HttpRequest, request_id: str) -> HttpResponse:
+    """The card alone (htmx swaps it back in, e.g. the edit preview's Back)."""
     row = _get_request(request_id)
     return _render_card(request, row)
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_REQUESTS, raise_exception=True)
+@vary_on_headers("HX-Request")
+def request_detail(request: HttpRequest, request_id: str) -> HttpResponse:
+    """A request's own page: the link a notification or a chat message points to."""
+    row = _get_request(request_id)
+    if request.htmx and not request.htmx.history_restore_request:
+        return _render_card(request, row)
+    return _request_page(request, row)
+
+
+def _request_page(
+    request: HttpRequest, row: ApprovalRequest, card=None, *, status: int = 200
+) -> HttpResponse:
+    decide = can_decide(request.user)
+    context = {
+        **run_context_for(row.run, can_decide=decide),
+        "nav": "inbox",
+        "row": row,
+        "card": card or presenters.request_card(row, can_decide=decide),
+        "history": presenters.history(selectors.request_history(row=row)),
+        "next_url": reverse("approvals:request-detail", args=[row.request_id]),
+    }
+    return render(request, "approvals/request_detail.html", context, status=status)
 
 
 # -- decisions -----------------------------------------------------------------------------
@@ -182,6 +204,27 @@ def _decision_view(fn):
     return require_POST(login_required(fn))
 
 
+def _confirm(
+    request: HttpRequest, *, title: str, detail: str, action: str, button: str, back: str = ""
+) -> HttpResponse:
+    """The confirmation step of an irreversible action, for forms posted without it (no
+    JavaScript; with htmx the button's hx-confirm asked already and posts `confirmed`)."""
+    context = {
+        "title": title,
+        "detail": detail,
+        "action": action,
+        "button": button,
+        "fields": [
+            (k, v)
+            for k in request.POST
+            if k not in ("csrfmiddlewaretoken", "confirmed")
+            for v in request.POST.getlist(k)
+        ],
+        "back": back or _next_url(request),
+    }
+    return render(request, "approvals/confirm.html", context)
+
+
 @_decision_view
 def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
     raw = request.POST.get("input")
@@ -189,6 +232,19 @@ def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
         edited = strict_json_loads(raw) if raw else None
     except ValueError:
         return _outcome(request, request_id, "The edited arguments are not valid JSON.", "error")
+    if not request.POST.get("confirmed") and can_decide(request.user):
+        row = _get_request(request_id)
+        if (
+            row.state == ApprovalRequest.State.PENDING
+            and presenters.request_card(row, can_decide=True).needs_confirmation
+        ):
+            return _confirm(
+                request,
+                title=f"Approve: {row.prompt}",
+                detail="The agent's tool runs as soon as you confirm. It cannot be undone.",
+                action=reverse("approvals:request-approve", args=[request_id]),
+                button="Yes, approve",
+            )
     return _decide(
         request,
         request_id,
@@ -280,8 +336,20 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
     schema = services.tool_schema(row.agent, call.tool_name)
     edited, problems = schema_forms.values_from(schema, request.POST)
     problems += services.input_problems(edited, schema)
-    if problems:
-        return _outcome(request, request_id, "Not approved: " + "; ".join(problems), "error")
+    if problems and row.state == ApprovalRequest.State.PENDING:
+        # The editor stays open with what the reviewer typed, and says what is wrong.
+        card = presenters.request_card(
+            row, can_decide=True, message="Not approved: " + "; ".join(problems), level="error"
+        )
+        card.edit_open = True
+        card.calls[0].fields = schema_forms.fields_from_post(schema, call.input, request.POST)
+        if not request.htmx:  # the request's page, the editor open as the reviewer left it
+            return _request_page(request, row, card, status=400)
+        return render(
+            request,
+            "approvals/inbox.html#request-card",
+            {"card": card, "next_url": _next_url(request)},
+        )
     if row.state != ApprovalRequest.State.PENDING:
         return _outcome(
             request,
@@ -309,19 +377,17 @@ def run_context(user, run: Run) -> dict:
 
 def run_context_for(run: Run, *, can_decide: bool) -> dict:
     decide = can_decide
-    requests = list(run.requests.select_related("decided_by").prefetch_related("calls"))
-    decided_calls = {
-        c.call_id: c
-        for r in requests
-        if r.state != ApprovalRequest.State.PENDING
-        for c in r.calls.all()
-    }
+    requests = list(
+        run.requests.select_related("decided_by")
+        .prefetch_related("calls")
+        .order_by("created_at", "id")
+    )
     open_row = next((r for r in requests if r.state == ApprovalRequest.State.PENDING), None)
     return {
         "nav": "runs",
         "run": run,
         "can_decide": decide,
-        "entries": presenters.timeline(run.messages, decided_calls),
+        "entries": presenters.timeline(run.messages, requests),
         "open_card": presenters.request_card(open_row, can_decide=decide) if open_row else None,
         "next_url": reverse("approvals:run-detail", args=[run.pk]),
     }
@@ -405,6 +471,15 @@ def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 @login_required
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    if not request.POST.get("confirmed") and can_decide(request.user):
+        return _confirm(
+            request,
+            title=f"Cancel run #{run_id}?",
+            detail="The run stops for good and its open request is cancelled. This cannot be undone.",
+            action=reverse("approvals:run-cancel", args=[run_id]),
+            button="Yes, cancel the run",
+            back=reverse("approvals:run-detail", args=[run_id]),
+        )
     return _run_action(
         request,
         run_id,

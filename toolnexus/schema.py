@@ -88,12 +88,16 @@ def _object_errors(value: Mapping[str, Any], schema: Mapping[str, Any], path: st
     return errors
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _array_errors(value: list[Any], schema: Mapping[str, Any], path: str) -> list[str]:
     errors: list[str] = []
     if isinstance(schema.get("minItems"), int) and len(value) < schema["minItems"]:
-        errors.append(f"{path}: needs at least {schema['minItems']} items")
+        errors.append(f"{path}: needs at least {_count(schema['minItems'], 'item')}")
     if isinstance(schema.get("maxItems"), int) and len(value) > schema["maxItems"]:
-        errors.append(f"{path}: allows at most {schema['maxItems']} items")
+        errors.append(f"{path}: allows at most {_count(schema['maxItems'], 'item')}")
     items = schema.get("items")
     if isinstance(items, Mapping):
         for i, item in enumerate(value):
@@ -104,9 +108,9 @@ def _array_errors(value: list[Any], schema: Mapping[str, Any], path: str) -> lis
 def _string_errors(value: str, schema: Mapping[str, Any], path: str) -> list[str]:
     errors: list[str] = []
     if isinstance(schema.get("minLength"), int) and len(value) < schema["minLength"]:
-        errors.append(f"{path}: must be at least {schema['minLength']} characters")
+        errors.append(f"{path}: must be at least {_count(schema['minLength'], 'character')}")
     if isinstance(schema.get("maxLength"), int) and len(value) > schema["maxLength"]:
-        errors.append(f"{path}: must be at most {schema['maxLength']} characters")
+        errors.append(f"{path}: must be at most {_count(schema['maxLength'], 'character')}")
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
         try:
@@ -120,10 +124,10 @@ def _string_errors(value: str, schema: Mapping[str, Any], path: str) -> list[str
 def _number_errors(value: float, schema: Mapping[str, Any], path: str) -> list[str]:
     errors: list[str] = []
     checks = (
-        ("minimum", lambda b: value < b, "must be >="),
-        ("maximum", lambda b: value > b, "must be <="),
-        ("exclusiveMinimum", lambda b: value <= b, "must be >"),
-        ("exclusiveMaximum", lambda b: value >= b, "must be <"),
+        ("minimum", lambda b: value < b, "must be at least"),
+        ("maximum", lambda b: value > b, "must be at most"),
+        ("exclusiveMinimum", lambda b: value <= b, "must be more than"),
+        ("exclusiveMaximum", lambda b: value >= b, "must be less than"),
     )
     for key, violated, words in checks:
         bound = schema.get(key)

@@ -2,9 +2,14 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
+import nh3
 from django import template
 from django.utils import timezone
+from django.utils.safestring import mark_safe
+from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml as escape_html
 
 register = template.Library()
 
@@ -28,3 +33,131 @@ def iso(value: Any) -> str:
 @register.filter
 def is_past(value: Any) -> bool:
     return bool(value) and value <= timezone.now()
+
+
+# -- Markdown for model replies, prompts and descriptions ----------------------------------
+#
+# markdown-it-py (CommonMark, raw HTML off) renders; nh3 then keeps only a small allowlist, so
+# a reply's own tags come out as text and nothing it writes can run or load. Links survive
+# only for http(s), open in a new tab and carry rel="noopener noreferrer nofollow"; images are
+# shown as their alt text (no remote loads); headings become bold paragraphs so a reply never
+# adds to the page's outline.
+
+MARKDOWN_MAX_CHARS = 100_000
+_LINK_SCHEMES = ("http://", "https://")
+_MD_TAGS = {
+    "p", "br", "strong", "em", "del", "s", "code", "pre", "blockquote", "hr",
+    "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td",
+}  # fmt: skip
+
+
+def _is_web_url(url: str) -> bool:
+    """http(s) with a host, and nothing a browser would strip to change the scheme."""
+    if not url.lower().startswith(_LINK_SCHEMES):
+        return False
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        return False
+    try:
+        return bool(urlsplit(url).hostname)
+    except ValueError:
+        return False
+
+
+def _hide_unsafe_links(state: Any) -> None:
+    """Core rule: a link whose target is not http(s) renders as its text only."""
+    for block in state.tokens:
+        if block.type != "inline" or not block.children:
+            continue
+        opened: list[bool] = []
+        for token in block.children:
+            if token.type == "link_open":
+                keep = _is_web_url(str(token.attrGet("href") or ""))
+                opened.append(keep)
+                token.hidden = not keep
+            elif token.type == "link_close":
+                token.hidden = not (opened.pop() if opened else False)
+
+
+def _render_image(self: Any, tokens: list, idx: int, options: Any, env: Any) -> str:
+    alt = self.renderInlineAsText(tokens[idx].children or [], options, env)
+    return escape_html(alt)
+
+
+def _render_heading_open(self: Any, tokens: list, idx: int, options: Any, env: Any) -> str:
+    return "<p><strong>"
+
+
+def _render_heading_close(self: Any, tokens: list, idx: int, options: Any, env: Any) -> str:
+    return "</strong></p>\n"
+
+
+def _make_markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    md.enable(["table", "strikethrough"])
+    md.core.ruler.push("toolnexus_safe_links", _hide_unsafe_links)
+    md.add_render_rule("image", _render_image)
+    md.add_render_rule("heading_open", _render_heading_open)
+    md.add_render_rule("heading_close", _render_heading_close)
+    return md
+
+
+_MARKDOWN = _make_markdown()
+_CLEANER = nh3.Cleaner(
+    tags=_MD_TAGS,
+    clean_content_tags={"script", "style"},
+    attributes={"a": {"href"}, "ol": {"start"}},
+    link_rel="noopener noreferrer nofollow",
+    set_tag_attribute_values={"a": {"target": "_blank"}},
+    url_schemes={"http", "https"},
+    url_relative="deny",
+    strip_comments=True,
+)
+
+
+def render_markdown(value: Any) -> str:
+    """Sanitized HTML for untrusted Markdown text (None and non-strings are safe)."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    if not text.strip():
+        return ""
+    cut = len(text) - MARKDOWN_MAX_CHARS
+    if cut > 0:
+        text = text[:MARKDOWN_MAX_CHARS] + f"\n\n*(… {cut:,} more characters not shown)*"
+    return _CLEANER.clean(_MARKDOWN.render(text))
+
+
+@register.filter(is_safe=True)
+def markdown(value: Any) -> str:
+    """`{{ text|markdown }}`: the text rendered as Markdown, sanitized; render it in a
+    block element (it yields paragraphs and lists)."""
+    return mark_safe(render_markdown(value))  # the output of nh3 only
+
+
+@register.filter
+def safe_url(value: Any) -> str:
+    """The URL, stripped, if it is an http(s) URL a link may point at; "" otherwise (show
+    those as text)."""
+    if not isinstance(value, str):
+        return ""
+    url = value.strip()
+    return url if _is_web_url(url) else ""
+
+
+# -- tool arguments as a table -------------------------------------------------------------
+
+
+@register.filter
+def arg_rows(value: Any) -> list[dict[str, str]] | None:
+    """A JSON object's members as table rows, `{"name", "kind", "text"}` where kind is
+    "text" (a non-empty string, shown as is) or "code" (anything else, as compact JSON);
+    None for anything that is not an object (shown as raw JSON only)."""
+    if not isinstance(value, dict):
+        return None
+    rows = []
+    for name, item in value.items():
+        if isinstance(item, str) and item:
+            rows.append({"name": str(name), "kind": "text", "text": item})
+        else:
+            rows.append({"name": str(name), "kind": "code", "text": compact_json(item)})
+    return rows

@@ -32,3 +32,18 @@ def mock_model():
     with the demo's tools; set `mock_model.fail = True` to make the endpoint answer 500."""
     with registered_mock_agent("remote", tool_input={"order": "B-7", "amount": 9}) as model:
         yield model
+
+
+@pytest.fixture
+def typed_output_agent():
+    """`demo-typed`: the demo, but reviewers may type refund's result instead of running it."""
+    agents.register(
+        "demo-typed",
+        model=lambda: create_in_process_client(generate=demo_generate, model="demo-typed"),
+        tools=demo_tools,
+        executors={"refund": issue_refund},
+        allow_typed_output=True,
+        replace=True,
+    )
+    yield "demo-typed"
+    agents.unregister("demo-typed")

@@ -314,17 +314,19 @@ def test_answer_ok_false_without_reason_reads_declined(halted):
     assert tool_output(fresh(run), "call_refund") == "relay declined for refund: declined"
 
 
-def test_answer_relay_output_shorthand(halted):
+def test_answer_with_an_output_for_a_call_that_has_an_executor_is_refused(halted):
+    """refund runs on the host once approved: a typed result would replace what runs, so
+    only an agent that allows it takes one (tests/approvals/test_record.py)."""
     user, run, request = halted
+    events = Event.objects.count()
     response = post_json(
         session_client(user),
         _answer_url(request.request_id),
         {"id": request.request_id, "ok": True, "data": {"output": "refunded in the shop"}},
     )
-    assert response.status_code == 200
-    assert response.json()["state"] == "answered"
-    drain()
-    assert tool_output(fresh(run), "call_refund") == "refunded in the shop"
+    assert response.status_code == 400
+    assert "data.output: refund runs on the host once approved" in response.json()["detail"]
+    _assert_unchanged(run, request, events)
 
 
 def test_answer_id_not_echoing_is_400(halted):

@@ -311,7 +311,7 @@ async def test_watchers_get_the_view_variant_and_reviewers_the_decide_variant():
             assert f'id="request-{row.pk}"' in frame
         assert f'action="/requests/{row.request_id}/decline/"' in decide_frame
         assert f'action="/requests/{row.request_id}/approve/"' in decide_frame
-        assert ">Decline</button>" in decide_frame
+        assert ">Decline<span" in decide_frame
         assert "<form" not in view_frame
         assert "Approve" not in view_frame
         assert "Decline" not in view_frame
@@ -452,8 +452,8 @@ async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
         assert frames, "the resume pushed nothing"
         last = frames[-1]
         assert "status-done" in last
-        assert re.search(r"Final answer</h2>\s*<p class=\"text\">[^<]*policy says no", last)
-        assert f"Declined by {reviewer.username}" in last
+        assert re.search(r"Final answer</h2>\s*<div class=\"text md\"><p>[^<]*policy says no", last)
+        assert f"<strong>Declined</strong> by {reviewer.username}" in last
     finally:
         await comm.disconnect()
 

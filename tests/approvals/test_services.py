@@ -262,9 +262,11 @@ def test_demo_delete_account_decline_carries_the_reason():
     assert not ToolExecution.objects.filter(run=run).exists()
 
 
-def test_relay_call_without_executor_takes_a_typed_output():
+def test_relay_call_without_executor_takes_a_typed_output(typed_output_agent):
     user = make_user()
-    run = start_and_halt(prompt="Refund A-2002 $30 and email the customer", user=user)
+    run = start_and_halt(
+        prompt="Refund A-2002 $30 and email the customer", user=user, agent=typed_output_agent
+    )
     request = run.requests.get()
     calls = {c.call_id: c for c in request.calls.all()}
     assert list(calls) == ["call_refund", "call_email"]
@@ -401,9 +403,9 @@ def test_answer_service_refuses_an_id_that_does_not_echo():
     assert request.state == "pending"
 
 
-def test_answer_service_relay_results_by_call_id():
+def test_answer_service_relay_results_by_call_id(typed_output_agent):
     user = make_user()
-    run = start_and_halt(prompt="refund and email please", user=user)
+    run = start_and_halt(prompt="refund and email please", user=user, agent=typed_output_agent)
     request = run.requests.get()
     services.request_answer(
         request_id=request.request_id,

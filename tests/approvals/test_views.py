@@ -292,7 +292,7 @@ def test_hostile_html_in_prompt_arguments_and_reason_is_escaped(reviewer, mock_a
     assert ESCAPED_SCRIPT in page
     assert ESCAPED_IMG in page
     # the model's reply quotes the reason; it is shown as text too
-    assert re.search(r"Final answer</h2>\s*<p class=\"text\">[^<]*&lt;img src=x", page)
+    assert re.search(r"Final answer</h2>\s*<div class=\"text md\"><p>[^<]*&lt;img src=x", page)
 
 
 # -- approve with edits --------------------------------------------------------------------
@@ -367,10 +367,12 @@ def test_invalid_edits_name_the_field_and_change_nothing(reviewer, halted, amoun
     assert notice.group(1).startswith("Not approved:")
     assert expected in notice.group(1)
 
-    # without htmx: back to the inbox with the same message
+    # without htmx: the request's page with the same message, the editor open as typed
     response = client.post(url(row, "edit"), {"field.order": "A-1001", "field.amount": amount})
-    assert response.status_code == 302
-    assert expected in toasts(client.get(response["Location"]).content.decode())
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert expected in page and "<!doctype html>" in page
+    assert f'value="{amount}"' in page
 
     row = fresh_row(row)
     assert row.state == "pending"
@@ -552,12 +554,12 @@ def test_run_page_shows_the_timeline_with_the_decision_and_reviewer(reviewer, ha
     assert '<li class="step step-user">' in page
     assert "Refund order A-1001, $250" in page
     assert "<code>refund</code>" in page
-    note = re.search(r'<p class="decision-note decided-declined">(.*?)</p>', page, re.S)
+    note = re.search(r'<div class="decision-note">(.*?)</div>', page, re.S)
     assert note, page
-    assert f"Declined by {reviewer.username} at" in note.group(1)
+    assert f"<strong>Declined</strong> by {reviewer.username} <time" in note.group(1)
     assert "amount exceeds policy" in note.group(1)
     assert "relay declined for refund: amount exceeds policy" in page
-    final = re.search(r"Final answer</h2>\s*<p class=\"text\">([^<]*)</p>", page)
+    final = re.search(r"Final answer</h2>\s*<div class=\"text md\"><p>([^<]*)</p>", page)
     assert final and "amount exceeds policy" in final.group(1)
 
 
@@ -622,7 +624,7 @@ def test_watcher_cannot_retry_or_cancel(reviewer, halted):
 def test_cancel_stops_the_run_and_its_request(reviewer, halted):
     run, row = halted
     client = session_client(reviewer)
-    response = client.post(f"/runs/{run.pk}/cancel/")
+    response = client.post(f"/runs/{run.pk}/cancel/", {"confirmed": "1"})
     assert response.status_code == 302
     assert fresh(run).status == "cancelled"
     assert fresh_row(row).state == "cancelled"

@@ -17,6 +17,8 @@ from .conftest import WAIT, App
 pytestmark = pytest.mark.e2e
 
 HOSTILE_IMG = "<img src=x onerror=window.__xss=1>"
+# Buttons name what they act on ("Decline refund A-1001"); these match the action alone.
+BUTTON = {name: re.compile(rf"^{name}(?! all)\b") for name in ("Approve", "Decline")}
 HOSTILE_SCRIPT = "<script>window.__xss=1</script>"
 
 
@@ -104,13 +106,13 @@ def test_two_reviewers_see_a_request_live_and_a_decline_reaches_the_model(
     expect(card_a).to_be_visible()  # arrived over the websocket: no reload
     expect(card_b).to_be_visible()
     expect(card_a).to_contain_text("refund")
-    expect(card_b.get_by_role("button", name="Decline", exact=True)).to_be_visible()
+    expect(card_b.get_by_role("button", name=BUTTON["Decline"])).to_be_visible()
     shoot(page_a, "1-card-arrived-a")
     shoot(page_b, "1-card-arrived-b")
 
     reason = f"over the refund limit {tag()}"
     card_a.locator("textarea[name=reason]").fill(reason)
-    card_a.get_by_role("button", name="Decline", exact=True).click()
+    card_a.get_by_role("button", name=BUTTON["Decline"]).click()
 
     expect(card_b).to_have_count(0, timeout=5_000)  # dropped live from B's pending inbox
     expect(page_b.locator("#toasts")).to_contain_text("declined by reviewer")
@@ -137,7 +139,7 @@ def test_a_new_requests_toast_leaves_its_buttons_clickable(app, api, contexts, s
     expect(page.locator("#toasts .toast").first).to_be_visible()
     shoot(page, "toast")
     for name in ("Approve", "Decline"):
-        button = card.get_by_role("button", name=name, exact=True)
+        button = card.get_by_role("button", name=BUTTON[name])
         try:
             # a trial click runs every actionability check (visible, enabled, not covered)
             button.click(trial=True, timeout=2_000)
@@ -165,8 +167,8 @@ def test_double_click_and_a_simultaneous_decision_make_exactly_one_decision(
     reasons = {"reviewer": f"A says no {tag()}", "reviewer2": f"B says no {tag()}"}
     card_a.locator("textarea[name=reason]").fill(reasons["reviewer"])
     card_b.locator("textarea[name=reason]").fill(reasons["reviewer2"])
-    decline_a = card_a.get_by_role("button", name="Decline", exact=True)
-    decline_b = card_b.get_by_role("button", name="Decline", exact=True)
+    decline_a = card_a.get_by_role("button", name=BUTTON["Decline"])
+    decline_b = card_b.get_by_role("button", name=BUTTON["Decline"])
     # B's click is armed in B's page first (a Playwright click would wait for a card the
     # live push may already have removed), then A double-clicks: both land together.
     decline_b.evaluate("button => setTimeout(() => button.click(), 40)")
@@ -234,7 +236,7 @@ def test_hostile_html_is_shown_as_text_and_never_runs(app, api, contexts, shoot)
     no_xss(page_a)
     reason = f"no {HOSTILE_IMG} {HOSTILE_SCRIPT}"
     card_a.locator("textarea[name=reason]").fill(reason)
-    card_a.get_by_role("button", name="Decline", exact=True).click()
+    card_a.get_by_role("button", name=BUTTON["Decline"]).click()
 
     final = page_b.locator("section.final")
     expect(final).to_contain_text(HOSTILE_IMG, timeout=WAIT * 1000)  # live on B's run page
@@ -262,6 +264,12 @@ def test_cancel_from_the_live_run_page(app, api, contexts, shoot):
     expect(page.locator("#run-body")).to_contain_text("Waiting for a decision")
     page.get_by_role("button", name="Cancel this run").click()
     page.wait_for_load_state()
+    # Irreversible: a confirmation step first, which changes nothing until confirmed.
+    expect(page.get_by_role("heading", name=f"Cancel run #{run_id}?")).to_be_visible()
+    assert api.get(f"/api/runs/{run_id}").json()["status"] == "pending"
+    shoot(page, "confirm-cancel")
+    page.get_by_role("button", name="Yes, cancel the run").click()
+    page.wait_for_load_state()
     shoot(page, "after-cancel")
     expect(page.locator("#toasts")).to_contain_text("Run cancelled.")
     assert api.get(f"/api/runs/{run_id}").json()["status"] == "cancelled"
@@ -287,7 +295,7 @@ def test_the_whole_flow_works_without_javascript(app, contexts, shoot):
 
     reason = f"customer already got store credit {tag()}"
     card.locator("textarea[name=reason]").fill(reason)
-    card.get_by_role("button", name="Decline", exact=True).click()
+    card.get_by_role("button", name=BUTTON["Decline"]).click()
     page.wait_for_load_state()
     expect(page.locator("#toasts")).to_contain_text("Declined.")
     assert urlpath(page.url) == "/"

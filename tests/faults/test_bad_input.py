@@ -586,7 +586,7 @@ GARBAGE = [
         "edit-out-of-range",
         "/requests/{rid}/edit/",
         {"field.order": "A-1001", "field.amount": "-5"},
-        "must be >= 0",
+        "must be at least 0",
     ),
     (
         "edit-bad-json-field",
