@@ -44,6 +44,12 @@ def run_group(run_id: int) -> str:
     return f"approvals.run.{run_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every live page of one user: told when a session of theirs ends or their access
+    changed (`notify_user`)."""
+    return f"approvals.user.{user_id}"
+
+
 class _Lane:
     """A thread with its own queue and its own event loop (channels-redis keeps connections
     per loop, so one loop for the thread's whole life means one Redis connection, not one
@@ -236,6 +242,10 @@ def _request_event(
         # None in the light message: pages that show the card wait for the full one.
         "cards": cards,
         "toast": _toast(row, tool_names),
+        # Who decided, so that a page of theirs says "You declined: ..." (`own_toast`) where
+        # everybody else reads "Already declined by ...".
+        "decided_by": row.decided_by_id if row.state != "pending" else None,
+        "own_toast": own_toast(row, tool_names) if row.state != "pending" else "",
         # For unfiltered inboxes: their header count, without a query per page. Only in the
         # full message (None in the light one): counting a large inbox must not delay it.
         "pending_count": pending_count,
@@ -329,6 +339,37 @@ def _toast(row, tool_names: list[str]) -> str:
     who = row.decided_by.get_username() if row.decided_by else "the system"
     when = f"{row.decided_at:%H:%M:%S} UTC" if row.decided_at else "just now"
     return format_html("Already {} by {} at {}: {}", row.state, who, when, title)
+
+
+def own_toast(row, tool_names: list[str]) -> str:
+    """A decision as its own decider reads it: "You declined: <reason> (...)"."""
+    from .presenters import request_title
+
+    title = request_title(row, tool_names)[:120]
+    if row.state == "declined":
+        return format_html("You declined: {} — {}", row.reason or "declined", title)
+    if row.state == "approved" and tool_names:
+        names = list(tool_names)
+        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        if len(names) > 1:
+            return format_html("You sent your decisions on {}", joined)
+        return format_html("You approved {}", joined)
+    verb = {"approved": "approved", "answered": "answered", "cancelled": "cancelled"}
+    return format_html("You {}: {}", verb.get(row.state, row.state), title)
+
+
+def notify_user(user_id: int, message: dict[str, Any]) -> None:
+    """Send `message` to every live page of one user, now (sign-out, a change of access).
+    Rare, so a direct send; a failure is logged and never breaks the request sending it."""
+    from asgiref.sync import async_to_sync
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(user_group(user_id), message)
+    except Exception:
+        log.exception("telling the pages of user %s about %s failed", user_id, message.get("type"))
 
 
 def render_card(row, *, can_decide: bool) -> str:

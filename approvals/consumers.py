@@ -3,10 +3,22 @@
 On connect each sends the page's live region re-rendered from the database, so a reconnect
 heals any missed message; afterwards it forwards the broadcaster's pre-rendered fragments
 that fit its page. Nothing here writes: decisions are HTTP POSTs.
+
+A page stays live only while its viewer may see it: a sign-out closes the sockets of that
+session at once (`approvals.session` messages to the user's group, see apps.py), and before
+forwarding a push a consumer re-checks session, active state and permissions when its last
+check is older than RECHECK_SECONDS. A TTL rather than a check per push: a push goes to every
+open page, and three queries per page per push would make every decision cost O(pages)
+queries; a change of access that must act at once (a sign-out, a user's groups, permissions
+or active flag edited) is sent as a message instead, and anything else (a group's permissions
+edited, a session expiring) is caught within RECHECK_SECONDS.
 """
 
 from __future__ import annotations
 
+import hashlib
+import time
+from importlib import import_module
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -14,6 +26,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.middleware.csrf import CSRF_SECRET_LENGTH, _mask_cipher_secret
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from . import broadcast
 
@@ -23,6 +36,13 @@ except ImportError:  # another ASGI server
     ClientGone = ()  # type: ignore[assignment,misc]
 
 MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving client
+RECHECK_SECONDS = 30.0  # how stale a viewer's checked access may be when a push arrives
+SIGNED_OUT, FORBIDDEN = 4401, 4403  # close codes: the page says "signed out" / "not allowed"
+
+
+def session_tag(session_key: str | None) -> str:
+    """Names a session in channel messages without sending its key around."""
+    return hashlib.sha256((session_key or "").encode()).hexdigest()[:32] if session_key else ""
 
 
 class _Base(AsyncWebsocketConsumer):
@@ -40,10 +60,19 @@ class _Base(AsyncWebsocketConsumer):
             return
         self.variant = "decide" if self.can_decide else "view"
         self.csrf_token = self._csrf_token()
-        for group in self.live_groups():
+        self.user_id = user.pk
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None)
+        self.session_tag = session_tag(self.session_key)
+        self.checked_at = time.monotonic()
+        self.ended = False
+        for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.push(await database_sync_to_async(self.snapshot)(user))
+
+    def _groups(self) -> list[str]:
+        return [*self.live_groups(), broadcast.user_group(self.user_id)]
 
     def _csrf_token(self) -> str:
         """A fresh masked token for the page's CSRF cookie, as Django's own forms carry."""
@@ -63,8 +92,81 @@ class _Base(AsyncWebsocketConsumer):
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
 
     async def disconnect(self, code: int) -> None:
-        for group in self.live_groups():
+        if getattr(self, "user_id", None) is None:
+            return  # refused before joining any group
+        for group in self._groups():
             await self.channel_layer.group_discard(group, self.channel_name)
+
+    # -- the viewer's access, re-checked -------------------------------------------------
+
+    async def approvals_session(self, event: dict) -> None:
+        """A session of this user ended (sign-out: close this page if it is that session's),
+        or the user's access changed (check it now)."""
+        if event.get("action") == "logout":
+            if not event.get("session") or event["session"] == self.session_tag:
+                await self._end(SIGNED_OUT)
+            return
+        await self._recheck()
+
+    async def still_allowed(self) -> bool:
+        """Before forwarding a push: may this viewer still see it? Checked against the
+        database at most every RECHECK_SECONDS (and at once on an `approvals.session`)."""
+        if self.ended:
+            return False
+        if time.monotonic() - self.checked_at < RECHECK_SECONDS:
+            return True
+        return await self._recheck()
+
+    async def _recheck(self) -> bool:
+        if self.ended:
+            return False
+        code, can_decide = await database_sync_to_async(self._current_access)()
+        if code:
+            await self._end(code)
+            return False
+        self.can_decide = can_decide
+        self.variant = "decide" if can_decide else "view"
+        self.checked_at = time.monotonic()
+        return True
+
+    def _current_access(self) -> tuple[int | None, bool]:
+        """(close code or None, may decide) for this page's session as the database has it
+        now: the session still exists, still names this user, the user is active and their
+        password unchanged (Django's session hash), and still has the page's permission."""
+        from django.contrib.auth import (
+            BACKEND_SESSION_KEY,
+            HASH_SESSION_KEY,
+            SESSION_KEY,
+            load_backend,
+        )
+        from django.utils.crypto import constant_time_compare
+
+        if not self.session_key:
+            return SIGNED_OUT, False
+        # Read-only on purpose: auth.get_user() may flush or cycle the session, which a
+        # socket could not tell the browser about.
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=self.session_key)
+        data = store.load()
+        backend_path = data.get(BACKEND_SESSION_KEY)
+        if str(data.get(SESSION_KEY)) != str(self.user_id) or (
+            backend_path not in settings.AUTHENTICATION_BACKENDS
+        ):
+            return SIGNED_OUT, False
+        user = load_backend(backend_path).get_user(self.user_id)  # None when inactive
+        session_hash = data.get(HASH_SESSION_KEY) or ""
+        if user is None or not any(
+            constant_time_compare(session_hash, h)
+            for h in [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+        ):
+            return SIGNED_OUT, False
+        can_decide, allowed = self._permissions(user)
+        return (None if allowed else FORBIDDEN), can_decide
+
+    async def _end(self, code: int) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        await self.close(code=code)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         if (text_data and len(text_data) > MAX_FRAME) or bytes_data:
@@ -108,7 +210,7 @@ class InboxConsumer(_Base):
         cards and the pending count). A page that drops the card acts on the light one and
         takes only the count from the full one; a page that shows the card waits for the
         full one. A new request comes once, full."""
-        if not self._matches(event):
+        if not self._matches(event) or not await self.still_allowed():
             return
         shows_card = self.filters["state"] in ("all", event["state"])
         light = event["cards"] is None
@@ -137,10 +239,24 @@ class InboxConsumer(_Base):
         ):
             plural = "" if count == 1 else "s"
             html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{plural} pending</p>'
-        if toast:
+        # Toast texts were escaped by the broadcaster (format_html); a channel layer that
+        # serializes (Redis) hands them over as plain str, which must not be escaped twice.
+        if toast and event["state"] == "pending":
             html += format_html(
                 '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>',
-                event["toast"],
+                mark_safe(event["toast"]),
+            )
+        elif toast:
+            # A decision: its decider's own pages confirm it as theirs ("You declined: ..."),
+            # everybody else's say who decided. `data-request` lets a page tell which card the
+            # news is about (the deciding tab keeps its own answer's toast, not this one).
+            own = event.get("decided_by") is not None and event["decided_by"] == self.user_id
+            text = event["own_toast"] if own and event.get("own_toast") else event["toast"]
+            html += format_html(
+                '<div hx-swap-oob="beforeend:#toasts"><p class="toast{}" data-request="{}">{}</p></div>',
+                " success" if own else "",
+                dom_id,
+                mark_safe(text),
             )
         if html:
             await self.push(html)
@@ -165,4 +281,6 @@ class RunConsumer(_Base):
         return broadcast.as_oob(broadcast.render_run_body(run, can_decide=self.can_decide), "div")
 
     async def approvals_run(self, event: dict) -> None:
+        if not await self.still_allowed():
+            return
         await self.push(broadcast.as_oob(event["bodies"][self.variant], "div"))

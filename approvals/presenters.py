@@ -194,6 +194,11 @@ class RequestCard:
         return request_outcome(self.row, [c.call for c in self.calls])
 
     @property
+    def single_outcome(self) -> bool:
+        """One outcome for the whole card: the footer says it, the call shows only details."""
+        return len(self.calls) <= 1
+
+    @property
     def needs_confirmation(self) -> bool:
         """Approving runs something the prompt says cannot be undone: confirm it first."""
         return self.row.kind == "approval" and bool(IRREVERSIBLE.search(self.row.prompt or ""))
@@ -445,11 +450,14 @@ class HistoryEntry:
     reason: str = ""
 
 
-def history(events: Sequence[Any]) -> list[HistoryEntry]:
-    """Audit events of one request as lines a reviewer reads."""
+def history(events: Sequence[Any], outcome: Outcome | None = None) -> list[HistoryEntry]:
+    """Audit events of one request as lines a reviewer reads; the decision's own line says
+    what the record says of it ("Approved with edits", "Decided per call")."""
     out = []
     for e in events:
         label = HISTORY_LABELS.get(e.action, e.action.replace("_", " ").capitalize())
+        if outcome is not None and e.action == f"request_{e.to_state}" and e.from_state:
+            label = outcome.verb
         actor = e.actor.get_username() if e.actor_id and e.actor else ""
         reason = ""
         if e.action in ("request_declined", "request_cancelled", "run_cancelled"):

@@ -700,14 +700,14 @@ def _decide_relay_calls(
             call.decision, call.reason = Decision.DECLINE, _clean_reason(spec.get("reason"))
             call.output, call.is_error = decline_text(call.tool_name, call.reason), True
         elif decision == Decision.OUTPUT or spec.get("output") is not None:
+            raw = spec.get("output")
+            text = _clean_output("" if raw is None else raw, f"{prefix}output")
             if has_executor and not agent.allow_typed_output:
                 raise InvalidInput(
                     f"{prefix}output: {call.tool_name} runs on the host once approved; approve"
                     " or decline it (agent "
                     f"{row.agent!r} does not take a typed result instead of running it)"
                 )
-            raw = spec.get("output")
-            text = _clean_output("" if raw is None else raw, f"{prefix}output")
             if not text.strip():
                 raise InvalidInput(
                     f"{prefix}output: type the result for {call.tool_name}; an empty result"

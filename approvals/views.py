@@ -23,7 +23,7 @@ from django.views import defaults
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from . import agents, presenters, schema_forms, selectors, services
+from . import agents, broadcast, presenters, schema_forms, selectors, services
 from .exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
 from .middleware import strict_json_loads
 from .models import ApprovalRequest, Run
@@ -117,12 +117,13 @@ def _request_page(
     request: HttpRequest, row: ApprovalRequest, card=None, *, status: int = 200
 ) -> HttpResponse:
     decide = can_decide(request.user)
+    card = card or presenters.request_card(row, can_decide=decide)
     context = {
         **run_context_for(row.run, can_decide=decide),
         "nav": "inbox",
         "row": row,
-        "card": card or presenters.request_card(row, can_decide=decide),
-        "history": presenters.history(selectors.request_history(row=row)),
+        "card": card,
+        "history": presenters.history(selectors.request_history(row=row), card.outcome),
         "next_url": reverse("approvals:request-detail", args=[row.request_id]),
     }
     return render(request, "approvals/request_detail.html", context, status=status)
@@ -166,8 +167,8 @@ def _decide(
         action()
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such request") from None
-    except NotAllowed as exc:
-        raise PermissionDenied(str(exc)) from None
+    except NotAllowed:
+        raise PermissionDenied(permission_needed(DECIDE)) from None
     except AlreadyDecided as exc:
         when = f" at {exc.decided_at:%H:%M:%S} UTC" if exc.decided_at else ""
         return _outcome(
@@ -181,20 +182,35 @@ def _decide(
     return _outcome(request, request_id, done, "success")
 
 
+OUTCOME_HEADER = "X-Toolnexus-Outcome"
+STATE_HEADER = "X-Toolnexus-State"
+
+
 def _outcome(request: HttpRequest, request_id: str, message: str, level: str) -> HttpResponse:
     if request.htmx:
-        # htmx swaps only 2xx answers: the status lives in the card's message instead. A
-        # warning or error also goes out as a toast, in case a live update already removed
-        # the card this answer was meant for (the loser of a race sees who won either way).
-        response = _render_card(request, _get_request(request_id), message=message, level=level)
-        if level in ("warning", "error"):
-            response.write(
-                format_html(
-                    '<div hx-swap-oob="beforeend:#toasts"><p class="toast {}" role="alert">{}</p></div>',
-                    level,
-                    message,
-                )
+        # htmx swaps only 2xx answers: the status lives in the card's message instead, and in
+        # a header the page reads (static/js/app.js): "success" or "warning" means the request
+        # is decided now (by this reviewer, or already by someone else), so the inbox drops
+        # the card and moves focus to the next one; "error" keeps what was typed. A toast
+        # says it too: a decision as the reviewer's own ("You declined: ..."; the deciding
+        # tab shows this one, not the live push's), a warning or error in case a live update
+        # already removed the card (the loser of a race sees who won either way).
+        row = _get_request(request_id)
+        response = _render_card(request, row, message=message, level=level)
+        response[OUTCOME_HEADER] = level
+        response[STATE_HEADER] = row.state  # the inbox keeps the card if it lists that state
+        toast = message
+        if level == "success" and row.state != ApprovalRequest.State.PENDING:
+            toast = broadcast.own_toast(row, row.relay_tool_names())
+        response.write(
+            format_html(
+                '<div hx-swap-oob="beforeend:#toasts"><p class="toast {}" role="{}" data-request="request-{}">{}</p></div>',
+                level,
+                "status" if level == "success" else "alert",
+                row.pk,
+                toast,
             )
+        )
         return response
     getattr(messages, level)(request, message)
     return redirect(_next_url(request))
@@ -471,7 +487,11 @@ def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 @login_required
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
-    if not request.POST.get("confirmed") and can_decide(request.user):
+    if (
+        not request.POST.get("confirmed")
+        and can_decide(request.user)
+        and Run.objects.filter(pk=run_id).exists()
+    ):
         return _confirm(
             request,
             title=f"Cancel run #{run_id}?",
@@ -507,3 +527,60 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if _is_api(request):
         return JsonResponse({"detail": "Internal server error"}, status=500)
     return defaults.server_error(request)
+
+
+# What each page or action needs: `permission_required(..., raise_exception=True)` raises a
+# PermissionDenied that names nothing, so the 403 page looks the permission up here.
+PERMISSION_OF_URL = {
+    "inbox": VIEW_REQUESTS,
+    "request-card": VIEW_REQUESTS,
+    "request-detail": VIEW_REQUESTS,
+    "request-approve": DECIDE,
+    "request-output": DECIDE,
+    "request-edit": DECIDE,
+    "request-respond": DECIDE,
+    "request-calls": DECIDE,
+    "request-decline": DECIDE,
+    "run-list": "approvals.view_run",
+    "run-detail": "approvals.view_run",
+    "run-start": "approvals.add_run",
+    "run-retry": "approvals.add_run",
+    "run-cancel": DECIDE,
+}
+
+
+def permission_needed(perm: str) -> str:
+    """The sentence a 403 says: "You need the permission 'Can ...' (app.codename) ..."."""
+    from django.contrib.auth.models import Permission
+
+    app_label, _, codename = perm.partition(".")
+    name = (
+        Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+        .values_list("name", flat=True)
+        .first()
+    )
+    which = f"'{name}' ({perm})" if name else f"'{perm}'"
+    return f"You need the permission {which} to do this. Ask an administrator to grant it."
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """403 that says which permission is missing: a page of the app (htmx requests get just
+    the message, which the page shows as a banner; the API keeps JSON)."""
+    message = str(exception or "")
+    if not message.startswith("You need"):
+        match = request.resolver_match
+        ours = match is not None and match.app_name == "approvals"
+        perm = PERMISSION_OF_URL.get(match.url_name) if ours else None
+        if perm and not request.user.has_perm(perm):
+            message = permission_needed(perm)
+        elif message:
+            message = f"{message[:1].upper()}{message[1:]}. Ask an administrator."
+        else:
+            message = "Your account may not do this. Ask an administrator."
+    if _is_api(request):
+        return JsonResponse({"detail": message}, status=403)
+    if request.headers.get("HX-Request") == "true":
+        return HttpResponse(
+            format_html('<p class="notice error" data-denied>{}</p>', message), status=403
+        )
+    return render(request, "403.html", {"message": message}, status=403)

@@ -103,19 +103,28 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env("TOOLNEXUS_SQLITE_PATH") or str(BASE_DIR / "db.sqlite3"),
-            "OPTIONS": {
-                # WAL lets the in-process worker write while pages read; IMMEDIATE takes the
-                # write lock up front, so two writers queue instead of failing mid-transaction.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-            },
-            # A file, not :memory:, so the live server and worker threads share the test DB.
-            "TEST": {
-                "NAME": env("TOOLNEXUS_TEST_SQLITE_PATH") or str(BASE_DIR / ".test-db.sqlite3")
-            },
         }
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # However the file is named (TOOLNEXUS_SQLITE_PATH, the default, or
+    # DATABASE_URL=sqlite:///...). Without these, a deferred transaction that has read and
+    # then writes cannot wait for the write lock: SQLite fails it at once ("database is
+    # locked"), so the losers of a race for one request got 503 instead of 409.
+    DATABASES["default"]["OPTIONS"] = {
+        # WAL lets the in-process worker write while pages read; IMMEDIATE takes the
+        # write lock up front, so two writers queue instead of failing mid-transaction.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        **DATABASES["default"].get("OPTIONS", {}),  # options given in a DATABASE_URL win
+    }
+    # A file, not :memory:, so the live server and worker threads share the test DB.
+    _sqlite_test = DATABASES["default"].setdefault("TEST", {})
+    _sqlite_test["NAME"] = (
+        _sqlite_test.get("NAME")
+        or env("TOOLNEXUS_TEST_SQLITE_PATH")
+        or str(BASE_DIR / ".test-db.sqlite3")
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- live push -----------------------------------------------------------------------------

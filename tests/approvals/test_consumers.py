@@ -214,9 +214,10 @@ async def test_a_new_request_is_not_inserted_into_page_two():
 
 async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all():
     reviewer = await user_of("reviewer")
+    colleague = await user_of("reviewer")  # watches; their own decision reads differently
     _, row = await halted_run(reviewer)
-    pending, _ = await open_socket("/ws/inbox/?state=pending", reviewer)
-    everything, _ = await open_socket("/ws/inbox/?state=all", reviewer)
+    pending, _ = await open_socket("/ws/inbox/?state=pending", colleague)
+    everything, _ = await open_socket("/ws/inbox/?state=all", colleague)
     try:
         await in_thread(
             services.request_decline,
@@ -558,3 +559,224 @@ async def test_a_push_to_a_page_that_just_went_away_is_dropped_quietly():
     consumer.send = broken
     with pytest.raises(RuntimeError):
         await consumer.push("<p>late</p>")
+
+
+# -- a record reviewers can trust: own decisions, sign-out, withdrawn access ---------------
+
+
+async def test_your_own_decision_reads_as_yours_and_everybody_elses_says_who():
+    reviewer = await user_of("reviewer")
+    colleague = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    mine, _ = await open_socket("/ws/inbox/", reviewer)
+    mine_all, _ = await open_socket("/ws/inbox/?state=all", reviewer)
+    theirs, _ = await open_socket("/ws/inbox/", colleague)
+    try:
+        await in_thread(
+            services.request_decline,
+            request_id=row.request_id,
+            user=reviewer,
+            reason="over the limit",
+        )
+        dom_id = f"request-{row.pk}"
+        own = [await mine.receive_from(timeout=TIMEOUT) for _ in range(2)]
+        (frame,) = [f for f in own if "delete" in f]
+        said = f'<p class="toast success" data-request="{dom_id}">You declined: over the limit'
+        assert said in frame
+        assert "Already" not in frame
+        frame = await mine_all.receive_from(timeout=TIMEOUT)
+        assert "state-declined" in frame
+        assert "You declined: over the limit" in frame
+        assert "Already" not in frame
+
+        other = [await theirs.receive_from(timeout=TIMEOUT) for _ in range(2)]
+        (frame,) = [f for f in other if "delete" in f]
+        said = f'<p class="toast" data-request="{dom_id}">Already declined by {reviewer.username}'
+        assert said in frame
+        assert "You declined" not in frame
+    finally:
+        for comm in (mine, mine_all, theirs):
+            await comm.disconnect()
+
+
+def _signed_in_client(user) -> tuple[Client, str]:
+    client = Client()
+    client.force_login(user)
+    return client, client.cookies["sessionid"].value
+
+
+async def socket_for_session(path: str, session: str) -> WebsocketCommunicator:
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"sessionid={session}; csrftoken={CSRF_SECRET}".encode()),
+    ]
+    comm = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected
+    await comm.receive_from(timeout=TIMEOUT)  # the snapshot
+    return comm
+
+
+async def test_signing_out_closes_that_sessions_live_pages_only():
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    client, session = await database_sync_to_async(_signed_in_client)(reviewer)
+    _, other_session = await database_sync_to_async(_signed_in_client)(reviewer)
+    inbox = await socket_for_session("/ws/inbox/", session)
+    run_page = await socket_for_session(f"/ws/runs/{run.pk}/", session)
+    elsewhere = await socket_for_session("/ws/inbox/", other_session)
+    try:
+        response = await database_sync_to_async(client.post)("/accounts/logout/")
+        assert response.status_code == 302
+        for comm in (inbox, run_page):
+            output = await comm.receive_output(timeout=TIMEOUT)
+            assert output == {"type": "websocket.close", "code": 4401}
+        # the same user's other session (another browser) stays live
+        assert await elsewhere.receive_nothing(timeout=0.3)
+        await halted_run(reviewer)
+        assert "afterbegin:#request-cards" in await elsewhere.receive_from(timeout=TIMEOUT)
+    finally:
+        for comm in (inbox, run_page, elsewhere):
+            await comm.disconnect()
+
+
+async def test_removing_a_viewer_from_their_group_ends_their_live_pages_at_once():
+    from django.contrib.auth.models import Group
+
+    reviewer = await user_of("reviewer")
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    try:
+
+        def leave():
+            watcher.groups.remove(Group.objects.get(name="Watchers"))
+
+        await in_thread(leave)
+        output = await comm.receive_output(timeout=TIMEOUT)
+        assert output == {"type": "websocket.close", "code": 4403}
+        await halted_run(reviewer)  # nothing about it reaches the closed page
+        assert await comm.receive_nothing(timeout=0.3)
+    finally:
+        await comm.disconnect()
+
+
+@pytest.fixture
+def recheck_every_push(monkeypatch):
+    from approvals import consumers
+
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0, raising=False)
+
+
+async def test_a_push_is_not_forwarded_once_the_groups_permission_was_withdrawn(
+    recheck_every_push,
+):
+    """A change no message announces (a group's permissions edited) is caught before the
+    next push (at most RECHECK_SECONDS late), and nothing of the push leaks."""
+    from django.contrib.auth.models import Group, Permission
+
+    reviewer = await user_of("reviewer")
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    try:
+
+        def withdraw():
+            Group.objects.get(name="Watchers").permissions.remove(
+                Permission.objects.get(codename="view_approvalrequest")
+            )
+
+        await in_thread(withdraw)
+        assert await comm.receive_nothing(timeout=0.2)  # no message for a group's edit
+        await halted_run(reviewer, prompt="Refund order A-9999, $1 secret-prompt")
+        output = await comm.receive_output(timeout=TIMEOUT)
+        assert output == {"type": "websocket.close", "code": 4403}
+        assert await comm.receive_nothing(timeout=0.2)
+    finally:
+        await comm.disconnect()
+
+
+async def test_an_ended_session_gets_no_more_pushes(recheck_every_push):
+    from django.contrib.sessions.models import Session
+
+    reviewer = await user_of("reviewer")
+    _, session = await database_sync_to_async(_signed_in_client)(reviewer)
+    comm = await socket_for_session("/ws/inbox/", session)
+    try:
+        await in_thread(lambda: Session.objects.filter(session_key=session).delete())
+        await halted_run(reviewer)
+        output = await comm.receive_output(timeout=TIMEOUT)
+        assert output == {"type": "websocket.close", "code": 4401}
+    finally:
+        await comm.disconnect()
+
+
+async def test_access_is_rechecked_at_most_every_few_seconds_not_per_push():
+    """Pushes within RECHECK_SECONDS cost no query per page."""
+    reviewer = await user_of("reviewer")
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    calls = []
+    try:
+        from approvals import consumers
+
+        original = consumers._Base._current_access
+
+        def counting(self):
+            calls.append(1)
+            return original(self)
+
+        consumers._Base._current_access = counting
+        try:
+            for i in range(3):
+                await get_channel_layer().group_send(broadcast.INBOX_GROUP, _event(900 + i))
+                await comm.receive_from(timeout=TIMEOUT)
+        finally:
+            consumers._Base._current_access = original
+        assert calls == []
+    finally:
+        await comm.disconnect()
+
+
+async def test_the_inbox_snapshot_forms_carry_a_token_for_the_viewers_cookie():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, snapshot = await open_socket("/ws/inbox/", reviewer)
+    try:
+        form = re.search(
+            rf'<form[^>]*action="/requests/{row.request_id}/decline/"[^>]*>.*?</form>',
+            snapshot,
+            re.S,
+        )
+        assert form, "no decline form in the snapshot"
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.group(0))
+        assert token and _unmask_cipher_token(token.group(1)) == CSRF_SECRET
+    finally:
+        await comm.disconnect()
+
+
+async def test_toasts_from_a_serializing_layer_are_not_escaped_twice():
+    """Redis hands the broadcaster's escaped toast over as a plain str: shown once escaped."""
+    watcher = await user_of("watcher")
+    comm, _ = await open_socket("/ws/inbox/", watcher)
+    try:
+        event = {**_event(4242, state="declined"), "cards": None, "pending_count": None}
+        event["toast"] = "Already declined by ann at 10:00:00 UTC: Tom&#x27;s &lt;b&gt;"
+        await get_channel_layer().group_send(broadcast.INBOX_GROUP, event)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert ">Already declined by ann at 10:00:00 UTC: Tom&#x27;s &lt;b&gt;</p>" in frame
+    finally:
+        await comm.disconnect()
+
+
+async def test_a_viewer_whose_access_holds_keeps_getting_pushes_after_a_recheck(
+    recheck_every_push,
+):
+    reviewer = await user_of("reviewer")
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    try:
+        for _ in range(2):
+            _, row = await halted_run(reviewer)
+            frame = await comm.receive_from(timeout=TIMEOUT)
+            assert f'id="request-{row.pk}"' in frame
+            assert f"/requests/{row.request_id}/decline/" in frame  # still the decide variant
+    finally:
+        await comm.disconnect()

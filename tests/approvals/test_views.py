@@ -790,3 +790,91 @@ def test_inbox_query_count_does_not_grow_with_rows(reviewer):
     many = _inbox_queries(client)
     assert ApprovalRequest.objects.count() == 25
     assert many == few, f"{few} queries for 3 rows, {many} for 25"
+
+
+# -- a record reviewers can trust: own decisions, signed out, forbidden --------------------
+
+
+def test_an_htmx_decline_is_confirmed_as_the_reviewers_own(reviewer, halted):
+    _, row = halted
+    response = session_client(reviewer).post(
+        url(row, "decline"), {"reason": "no refunds on Sundays"}, headers=HX
+    )
+    assert response.status_code == 200
+    assert response["X-Toolnexus-Outcome"] == "success"
+    html = response.content.decode()
+    toast = re.search(r'<div hx-swap-oob="beforeend:#toasts">(.*?)</div>', html, re.S).group(1)
+    assert f'data-request="request-{row.pk}"' in toast
+    assert "You declined: no refunds on Sundays" in toast
+    assert "Already" not in html
+
+
+def test_an_htmx_approve_says_you_approved_the_tool(reviewer, halted):
+    _, row = halted
+    response = session_client(reviewer).post(url(row, "approve"), {"confirmed": "1"}, headers=HX)
+    assert response.status_code == 200
+    assert response["X-Toolnexus-Outcome"] == "success"
+    assert "You approved refund" in response.content.decode()
+
+
+def test_a_stale_htmx_decline_is_a_warning_for_the_page(reviewer, halted):
+    _, row = halted
+    session_client(reviewer).post(url(row, "decline"), {"reason": "first"}, headers=HX)
+    response = session_client(make_user()).post(url(row, "decline"), {"reason": "late"}, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "warning"
+    assert f"Already declined by {reviewer.username}" in response.content.decode()
+
+
+def test_an_htmx_post_from_a_signed_out_page_is_401_not_the_sign_in_page(client, halted):
+    _, row = halted
+    response = client.post(url(row, "decline"), {"reason": "x"}, headers=HX)
+    assert response.status_code == 401
+    assert "signed out" in response.content.decode()
+    assert "<form" not in response.content.decode()
+    assert "Location" not in response
+    # a GET from a signed-out page (filters, reloading a card) too; without htmx: the redirect
+    assert client.get("/?state=all", headers=HX).status_code == 401
+    assert client.post(url(row, "decline"), {"reason": "x"}).status_code == 302
+    assert fresh_row(row).state == "pending"
+
+
+def test_a_forbidden_decision_names_the_missing_permission(reviewer, halted):
+    _, row = halted
+    watcher = session_client(make_user(role="watcher"))
+    response = watcher.post(url(row, "decline"), {"reason": "watcher"})
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert '<header class="top">' in html  # a page of the app
+    assert (
+        "You need the permission &#x27;Can approve, answer or decline requests&#x27; "
+        "(approvals.decide_request) to do this. Ask an administrator" in html
+    )
+    # htmx: the message alone, for the page's banner
+    response = watcher.post(url(row, "decline"), {"reason": "watcher"}, headers=HX)
+    assert response.status_code == 403
+    assert response.content.decode().startswith('<p class="notice error" data-denied>You need')
+    assert fresh_row(row).state == "pending"
+
+
+@pytest.mark.parametrize(
+    ("role", "path", "permission"),
+    [
+        ("watcher", "/runs/new/", "approvals.add_run"),
+        ("nobody", "/", "approvals.view_approvalrequest"),
+        ("nobody", "/runs/", "approvals.view_run"),
+    ],
+)
+def test_a_forbidden_page_names_the_missing_permission(role, path, permission):
+    response = session_client(make_user(role=role)).get(path)
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert f"({permission}) to do this" in html
+    assert "Ask an administrator" in html
+
+
+def test_api_403_stays_json(halted):
+    _, row = halted
+    response = session_client(make_user(role="nobody")).get(f"/api/requests/{row.request_id}")
+    assert response.status_code == 403
+    assert response["Content-Type"].startswith("application/json")
+    assert "detail" in response.json()
