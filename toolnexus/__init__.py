@@ -3,14 +3,9 @@
 The engine is framework-free and async-first; see the project README and contract.
 """
 
-from .client import (
-    Client,
-    InProcessRequest,
-    InProcessResponse,
-    InProcessToolCall,
-    create_client,
-    create_in_process_client,
-)
+from .client import create_client, create_in_process_client
+from .in_process import InProcessRequest, InProcessResponse, InProcessToolCall
+from .loop import Client
 from .toolkit import Toolkit, create_toolkit, define_tool
 from .types import (
     Answer,

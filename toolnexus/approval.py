@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .schema import schema_errors
+from .texts import approval_prompt, edited_arguments_invalid, not_approved
 from .types import Tool, ToolContext, ToolResult, pending
 
 __all__ = ["APPROVAL_KIND", "approval_required"]
@@ -15,11 +16,6 @@ __all__ = ["APPROVAL_KIND", "approval_required"]
 APPROVAL_KIND = "approval"
 
 PromptArg = str | Callable[[str, dict[str, Any]], str] | None
-
-
-def _default_prompt(name: str, args: dict[str, Any]) -> str:
-    shown = json.dumps(args, ensure_ascii=False, sort_keys=True)
-    return f"Allow {name} to run with {shown}?"
 
 
 def approval_required(tool: Tool, *, prompt: PromptArg = None) -> Tool:
@@ -39,7 +35,7 @@ def approval_required(tool: Tool, *, prompt: PromptArg = None) -> Tool:
             text = (
                 prompt(tool.name, args)
                 if callable(prompt)
-                else (prompt or _default_prompt(tool.name, args))
+                else (prompt or approval_prompt(tool.name, args))
             )
             raw = ctx.arguments if ctx and ctx.arguments is not None else json.dumps(args)
             return pending(
@@ -48,21 +44,18 @@ def approval_required(tool: Tool, *, prompt: PromptArg = None) -> Tool:
                 data={"tool": tool.name, "input": dict(args or {}), "arguments": raw},
             )
         if not answer.ok:
-            reason = answer.reason or "declined"
-            return ToolResult(f"{tool.name} was not approved (reason: {reason})", is_error=True)
+            return ToolResult(not_approved(tool.name, answer.reason), is_error=True)
         run_args = args
         edited = (answer.data or {}).get("input")
         if edited is not None:
             if not isinstance(edited, Mapping):
                 return ToolResult(
-                    f"edited arguments for {tool.name} are invalid: input must be an object",
-                    is_error=True,
+                    edited_arguments_invalid(tool.name, "input must be an object"), is_error=True
                 )
             problems = schema_errors(dict(edited), tool.input_schema)
             if problems:
                 return ToolResult(
-                    f"edited arguments for {tool.name} are invalid: {'; '.join(problems)}",
-                    is_error=True,
+                    edited_arguments_invalid(tool.name, "; ".join(problems)), is_error=True
                 )
             run_args = dict(edited)
         # The gated tool sees a fresh context: the approval answer was meant for the gate.

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .texts import question_not_answered, question_prompt
 from .types import Tool, ToolContext, ToolResult, pending
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "QUESTION_KIND",
     "builtins_enabled",
     "create_builtin_tools",
+    "question_prompt",
     "select_builtins",
 ]
 
@@ -69,25 +71,6 @@ QUESTION_SCHEMA: dict[str, Any] = {
 }
 
 
-def _option_label(option: Any) -> str:
-    if isinstance(option, Mapping):
-        return str(option.get("label", ""))
-    return str(option)
-
-
-def question_prompt(questions: Any) -> str:
-    lines: list[str] = []
-    for q in questions if isinstance(questions, list) else []:
-        if not isinstance(q, Mapping):
-            continue
-        text = str(q.get("question", ""))
-        options = q.get("options")
-        if isinstance(options, list) and options:
-            text += f" (options: {', '.join(_option_label(o) for o in options)})"
-        lines.append(text)
-    return "\n".join(lines)
-
-
 def _question(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     answer = ctx.answer if ctx else None
     if answer is None:
@@ -98,9 +81,7 @@ def _question(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             data={"questions": questions if questions is not None else []},
         )
     if not answer.ok:
-        return ToolResult(
-            f"question was not answered (reason: {answer.reason or 'declined'})", is_error=True
-        )
+        return ToolResult(question_not_answered(answer.reason), is_error=True)
     return ToolResult(json.dumps(answer.data or {}, separators=(",", ":"), ensure_ascii=False))
 
 

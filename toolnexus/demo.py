@@ -23,6 +23,7 @@ from . import (
     create_toolkit,
 )
 from .relay import answer_declined, answer_output, relay_calls_of, relay_tool
+from .texts import declined_reason
 from .types import Request
 
 REFUND_SCHEMA = {
@@ -46,8 +47,8 @@ def demo_model(request: InProcessRequest) -> InProcessResponse:
             usage={"prompt_tokens": 12, "completion_tokens": 9},
         )
     last = results[-1]["content"]
-    if last.startswith("relay declined"):
-        reason = last.split(": ", 1)[1] if ": " in last else "declined"
+    reason = declined_reason(last)
+    if reason is not None:
         text = f"Understood: I did not issue the refund, because the reviewer declined it ({reason}). I can escalate to a manager or offer store credit instead."
     else:
         text = f"Done: the refund went through ({last})."

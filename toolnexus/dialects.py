@@ -1,7 +1,8 @@
 """Provider dialects: how OpenAI- and Anthropic-style APIs shape bodies, replies and transcripts.
 
-The loop in `client.py` is dialect-free; everything that depends on the wire shape of a
-provider lives here, so the halt/resume rules are written once for both.
+The loop in `loop.py` is dialect-free; everything that depends on the wire shape of a
+provider lives here, so the halt/resume rules are written once for both. A reply that cannot
+be parsed is a `ModelError` that is not retried: the endpoint answered, so it may have acted.
 """
 
 from __future__ import annotations
@@ -152,9 +153,9 @@ class _OpenAI(Dialect):
         try:
             message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
-            raise ModelError("model reply has no choices[0].message", retryable=True) from None
+            raise ModelError("model reply has no choices[0].message") from None
         if not isinstance(message, dict):
-            raise ModelError("model reply's message is not an object", retryable=True)
+            raise ModelError("model reply's message is not an object")
         message = dict(message)
         message.setdefault("role", "assistant")
         text = message.get("content")
@@ -311,7 +312,7 @@ class _Anthropic(Dialect):
     def parse(self, data):
         content = data.get("content") if isinstance(data, dict) else None
         if not isinstance(content, list):
-            raise ModelError("model reply has no content list", retryable=True)
+            raise ModelError("model reply has no content list")
         message = {"role": "assistant", "content": content}
         usage = data.get("usage")
         return ModelTurn(

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .texts import DEFAULT_REASON, no_result_on_resume, relay_prompt
+from .texts import relay_declined as decline_text
 from .types import Answer, Request, Tool, ToolContext, ToolResult, pending
 
 __all__ = [
@@ -26,13 +28,13 @@ __all__ = [
     "is_relay_request",
     "relay_answer",
     "relay_calls_of",
+    "relay_prompt",
     "relay_result_for",
     "relay_tool",
 ]
 
 RELAY_KIND = "tool_call"
 RELAY_SOURCE = "relay"
-DEFAULT_REASON = "declined"
 
 
 @dataclass(slots=True)
@@ -56,15 +58,6 @@ class RelayResult:
         return {"id": self.id, "output": self.output, "isError": self.is_error}
 
 
-def relay_prompt(name: str) -> str:
-    return f"relay tool call {name} to the caller for execution"
-
-
-def decline_text(name: str, reason: str | None) -> str:
-    """What the model reads when the host refused a relayed call."""
-    return f"relay declined for {name}: {reason or DEFAULT_REASON}"
-
-
 def relay_tool(name: str, description: str, input_schema: dict[str, Any] | None = None) -> Tool:
     """A tool the model can call but the host executes (see module docstring)."""
 
@@ -80,7 +73,7 @@ def relay_tool(name: str, description: str, input_schema: dict[str, Any] | None 
         if not answer.ok:
             return ToolResult(decline_text(name, answer.reason), is_error=True)
         return relay_result_for(answer, ctx.call_id if ctx else None, first=True) or ToolResult(
-            f"no result supplied on resume for {name}", is_error=True
+            no_result_on_resume(name), is_error=True
         )
 
     return Tool(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import inspect
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from .builtins import BUILTIN_NAMES, select_builtins
 from .relay import RELAY_SOURCE
+from .texts import tool_returned, unknown_tool
 from .types import Tool, ToolContext, ToolResult
 
 __all__ = ["Toolkit", "create_toolkit", "define_tool"]
@@ -57,19 +58,24 @@ class Toolkit:
     async def execute(
         self, name: str, args: dict[str, Any] | None, ctx: ToolContext | None = None
     ) -> ToolResult:
+        result = self.start(name, args, ctx)
+        return result if isinstance(result, ToolResult) else await result
+
+    def start(
+        self, name: str, args: dict[str, Any] | None, ctx: ToolContext | None = None
+    ) -> ToolResult | Awaitable[ToolResult]:
+        """Begin executing a tool: its result when `execute` is a plain function, else an
+        awaitable of it. What `execute` awaits; the loop runs plain tools this way without
+        a task each."""
         tool = self._tools.get(name)
         if tool is None or tool.execute is None:
-            return ToolResult(f"Unknown tool: {name}", is_error=True)
+            return ToolResult(unknown_tool(name), is_error=True)
         result = tool.execute(args if args is not None else {}, ctx or ToolContext())
+        if isinstance(result, ToolResult):
+            return result
         if inspect.isawaitable(result):
-            result = await result
-        if isinstance(result, str):  # a convenience for plain functions returning text
-            return ToolResult(result)
-        if not isinstance(result, ToolResult):
-            return ToolResult(
-                f"tool {name} returned {type(result).__name__}, not a ToolResult", is_error=True
-            )
-        return result
+            return _settle(name, result)
+        return _checked(name, result)
 
     def skills_prompt(self) -> str:
         return ""
@@ -105,6 +111,18 @@ class Toolkit:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _checked(name: str, result: Any) -> ToolResult:
+    if isinstance(result, ToolResult):
+        return result
+    if isinstance(result, str):  # a convenience for plain functions returning text
+        return ToolResult(result)
+    return ToolResult(tool_returned(name, result), is_error=True)
+
+
+async def _settle(name: str, pending: Awaitable[Any]) -> ToolResult:
+    return _checked(name, await pending)
 
 
 async def create_toolkit(

@@ -46,10 +46,18 @@ class RunCancelled(Exception):
 class ModelError(RuntimeError):
     """The model endpoint failed (after retries) or answered with something unusable."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.retry_after = retry_after  # seconds the endpoint asked to wait (Retry-After)
 
 
 class ResumeError(ValueError):

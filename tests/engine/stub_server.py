@@ -1,14 +1,22 @@
-"""A real HTTP server on loopback that plays a scripted model (OpenAI or Anthropic style).
+"""Real HTTP servers on loopback, for tests that must cross a socket.
 
-Used where a test must cross a socket, as the Go seed does with httptest. Every request
-body is recorded so tests can assert what the model saw.
+- `StubModelServer`: a threaded server that plays a scripted model (OpenAI or Anthropic
+  style), as the Go seed does with httptest. Every request body is recorded so tests can
+  assert what the model saw.
+- `Server` (with `serve`): an asyncio server whose connections are scripted byte by byte
+  (`handler(reader, writer, index)`), for what a well-behaved server never does: hang up
+  after reading a request, answer half a response, never answer, close idle connections.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -61,3 +69,98 @@ class StubModelServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+# -- a scripted HTTP/1.1 server --------------------------------------------------------------
+
+
+@dataclass
+class Req:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+@dataclass
+class Server:
+    """`handler(reader, writer, index)` runs per accepted connection (index from 1)."""
+
+    handler: Handler
+    ssl_context: ssl.SSLContext | None = None
+    connections: int = 0
+    requests: list[Req] = field(default_factory=list)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def __aenter__(self) -> Server:
+        self._server = await asyncio.start_server(
+            self._accept, "127.0.0.1", 0, ssl=self.ssl_context
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self.connections += 1
+        try:
+            await self.handler(reader, writer, self.connections)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+    async def read(self, reader: asyncio.StreamReader) -> Req | None:
+        """One request, or None when the client closed the connection."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return None
+        first, *lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = first.split(" ")
+        headers = {}
+        for line in filter(None, lines):
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "content-length" in headers:
+            body = await reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            parts = []
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                parts.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+            await reader.readuntil(b"\r\n")  # no trailers in these requests
+            body = b"".join(parts)
+        else:
+            body = b""
+        req = Req(method, target, headers, body)
+        self.requests.append(req)
+        return req
+
+
+@contextlib.asynccontextmanager
+async def serve(make: Callable[[Server], Handler]) -> AsyncIterator[Server]:
+    """`async with serve(lambda srv: handler) as srv:` a scripted server on a free port."""
+    srv = Server(handler=None)  # type: ignore[arg-type]
+    srv.handler = make(srv)
+    async with srv:
+        yield srv
+
+
+def reply(status: int = 200, body: bytes = b"", *headers: str, reason: str = "OK") -> bytes:
+    """A whole HTTP/1.1 response in bytes (Content-Length framed)."""
+    lines = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body

@@ -1,5 +1,5 @@
 """Checklist: the client loop outside suspensions — hooks, retries, deadline, cancel,
-wire endpoints, history, and the in-process client."""
+wire endpoints, history (the in-process client's own items are in test_in_process.py)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,8 @@ from toolnexus import (
     RunTimeout,
     Tool,
     ToolResult,
-    create_in_process_client,
     create_toolkit,
 )
-from toolnexus.client import InProcessResponse, InProcessToolCall
 
 all_backends = pytest.mark.parametrize("backend", BACKENDS)
 http_styles = pytest.mark.parametrize("backend", HTTP_STYLES)
@@ -426,124 +424,6 @@ async def test_cancel_applies_to_run_with_answer():
                 tk, r1.messages, r1.pending, Answer(id=r1.pending.id, ok=True), cancel=cancel
             )
     assert len(prov.bodies) == 1
-
-
-# -- in-process client ------------------------------------------------------------------------
-
-
-async def test_in_process_needs_no_url_or_key_and_sees_messages_tools_model(monkeypatch):
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    seen = []
-
-    def generate(req):
-        seen.append((req.model, json.loads(json.dumps(req.messages)), req.tools))
-        return {"content": "hi there"}
-
-    client = create_in_process_client(generate=generate, model="local-1", system_prompt="sys")
-    async with await kit(adder()) as tk:
-        r = await client.run("hello", tk)
-    assert r.status == "done" and r.text == "hi there" and r.model == "local-1"
-    model, messages, tools = seen[0]
-    assert model == "local-1"
-    assert messages == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
-    assert tools[0]["function"]["name"] == "add"
-
-
-@pytest.mark.parametrize("arguments", [{"a": 2, "b": 3}, '{"a": 2, "b": 3}'])
-async def test_in_process_arguments_may_be_a_dict_or_a_json_string(arguments):
-    add = adder()
-    replies = iter(
-        [
-            {"tool_calls": [{"id": "k1", "name": "add", "arguments": arguments}]},
-            {"content": "5"},
-        ]
-    )
-    client = create_in_process_client(generate=lambda req: next(replies))
-    async with await kit(add) as tk:
-        r = await client.run("go", tk)
-    assert r.status == "done" and add.runs[0][0] == {"a": 2, "b": 3}
-    assert r.tool_calls[0]["output"] == "5"
-
-
-async def test_in_process_missing_ids_become_call_index():
-    add = adder()
-    seen = []
-
-    def generate(req):
-        seen.append(json.loads(json.dumps(req.messages)))
-        if len(seen) == 1:
-            return {
-                "tool_calls": [
-                    {"name": "add", "arguments": {"a": 1, "b": 1}},
-                    {"name": "add", "arguments": {"a": 2, "b": 2}},
-                ]
-            }
-        return {"content": "done"}
-
-    client = create_in_process_client(generate=generate)
-    async with await kit(add) as tk:
-        await client.run("go", tk)
-    assert sorted(ctx.call_id for _, ctx in add.runs) == ["call_0", "call_1"]
-    tool_msgs = [m for m in seen[1] if m["role"] == "tool"]
-    assert [(m["tool_call_id"], m["content"]) for m in tool_msgs] == [
-        ("call_0", "2"),
-        ("call_1", "4"),
-    ]
-
-
-async def test_in_process_accepts_dataclass_responses_and_async_generate():
-    add = adder()
-    n = {"i": 0}
-
-    async def generate(req):
-        n["i"] += 1
-        if n["i"] == 1:
-            return InProcessResponse(
-                content=None,
-                tool_calls=[InProcessToolCall("k1", "add", {"a": 4, "b": 4})],
-                usage={"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
-            )
-        return InProcessResponse(
-            content="8",
-            tool_calls=[],
-            usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-        )
-
-    client = create_in_process_client(generate=generate)
-    async with await kit(add) as tk:
-        r = await client.run("go", tk)
-    assert r.status == "done" and r.text == "8"
-    assert r.usage == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
-
-
-async def test_in_process_usage_is_zero_when_absent():
-    client = create_in_process_client(generate=lambda req: {"content": "x"})
-    async with await kit(adder()) as tk:
-        r = await client.run("go", tk)
-    assert r.usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-
-
-async def test_in_process_options_apply_max_turns_wait_for_and_hooks():
-    gate = Gate("login")
-    before = []
-    replies = iter(
-        [{"tool_calls": [{"id": "c1", "name": "login", "arguments": {}}]}, {"content": "in"}]
-    )
-    client = create_in_process_client(
-        generate=lambda req: next(replies),
-        max_turns=3,
-        wait_for=lambda q: Answer(id=q.id, ok=True),
-        hooks={"before_tool": lambda i: before.append(i["name"])},
-    )
-    async with await kit(gate) as tk:
-        r = await client.run("go", tk)
-    assert r.status == "done" and gate.done == 1 and before == ["login"]
-
-
-def test_in_process_requires_generate():
-    with pytest.raises(TypeError):
-        create_in_process_client()
 
 
 def test_run_sync_twin_works_without_an_event_loop():

@@ -305,7 +305,9 @@ def test_fault_on_the_first_call_fails_readably_and_api_retry_completes(
     endpoint.always = fault
     run = start(user)
     assert_failed_readably(run, FAULT_TEXT[fault][style])
-    assert endpoint.attempts == ATTEMPTS_PER_CALL  # retried, then given up
+    # A 500 is retried, then given up; a request the server read (timeout, truncated or
+    # garbled reply) is never sent again: the model may have processed it.
+    assert endpoint.attempts == (ATTEMPTS_PER_CALL if fault == "500" else 1)
     assert run.messages == []
     assert not run.requests.exists()
     assert not ToolExecution.objects.filter(run=run).exists()
@@ -352,7 +354,7 @@ def test_fault_after_a_decision_keeps_it_and_retry_applies_it_once(
     drain()
     run = fresh(run)
     assert_failed_readably(run, FAULT_TEXT[fault][style])
-    assert endpoint.attempts == before + ATTEMPTS_PER_CALL
+    assert endpoint.attempts == before + (ATTEMPTS_PER_CALL if fault == "500" else 1)
     assert decided_fields(request) == decided
     assert run.requests.count() == 1
     assert decision_events(run) == 1
