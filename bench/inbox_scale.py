@@ -140,6 +140,7 @@ def main() -> int:
     where = setup_database(args.postgres)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolnexus_web.settings")
     os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")  # plain HTTP on loopback
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
     os.environ["TOOLNEXUS_DEMO_AGENT"] = "1"
     import django

@@ -3,10 +3,15 @@ this is a working local setup (SQLite file, in-memory channel layer, in-process 
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import secrets
+import socket
+import sys
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -26,11 +31,123 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
-SECRET_KEY = env("DJANGO_SECRET_KEY") or ("dev-only-insecure-key" if DEBUG else "")
+# -- where `serve` listens, DEBUG, the secret key, allowed hosts ------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address (or host name) reaches only this machine."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "ip6-localhost", "ip6-loopback") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_hosts(host: str) -> list[str]:
+    """The Host names a non-loopback bind is reached by: the address itself, or for a
+    wildcard (0.0.0.0, ::) this machine's names and addresses. Never "*"."""
+    if is_loopback(host):
+        return []
+    bare = host.strip().strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return [bare.lower()] if bare else bind_hosts("0.0.0.0")  # "" binds every interface
+    if not address.is_unspecified:
+        return [f"[{bare}]" if address.version == 6 else bare]
+    names = {socket.gethostname(), socket.getfqdn()}
+    addresses = set()
+    try:
+        for *_, sockaddr in socket.getaddrinfo(socket.gethostname(), None):
+            addresses.add(sockaddr[0])
+    except OSError:
+        pass
+    try:  # the address of the default route (a UDP "connect" sends nothing)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))
+            addresses.add(probe.getsockname()[0])
+    except OSError:
+        pass
+    hosts = sorted(name.lower() for name in names if name and not is_loopback(name))
+    for found in sorted(addresses):
+        ip = ipaddress.ip_address(found.split("%")[0])
+        if not (ip.is_loopback or ip.is_unspecified or ip.is_link_local):
+            hosts.append(f"[{ip}]" if ip.version == 6 else str(ip))
+    return hosts
+
+
+def secret_key_path() -> Path:
+    """TOOLNEXUS_SECRET_KEY_FILE, else $XDG_DATA_HOME/toolnexus-web/secret_key (by default
+    ~/.local/share/toolnexus-web/secret_key): outside the repository."""
+    named = env("TOOLNEXUS_SECRET_KEY_FILE")
+    if named:
+        return Path(named).expanduser()
+    data = env("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser() / "toolnexus-web" / "secret_key"
+
+
+def load_or_create_secret_key(path: Path) -> str:
+    """The key in `path`, generated (random, mode 0600) the first time. Processes racing to
+    create it all end up with the first one written."""
+    if BASE_DIR in path.resolve().parents:
+        raise RuntimeError(f"the secret key file must be outside the repository, not {path}")
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(50) + "\n")
+        try:
+            os.link(temporary, path)  # atomic, and never over a key another process wrote
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    key = path.read_text().strip()
+    if len(key) < 50:
+        raise RuntimeError(f"{path} holds no usable secret key: delete it to make a new one")
+    return key
+
+
+# The address `manage.py serve` binds (its --host sets this; it re-executes itself when they
+# differ, since settings are read before the command runs). Anything but loopback means other
+# machines can connect: DEBUG is then off unless DJANGO_DEBUG says otherwise (and `serve`
+# refuses DEBUG on such a bind).
+TOOLNEXUS_HOST = env("TOOLNEXUS_HOST") or "127.0.0.1"
+TOOLNEXUS_LOOPBACK = is_loopback(TOOLNEXUS_HOST)
+DEBUG = env_bool("DJANGO_DEBUG", TOOLNEXUS_LOOPBACK)
+
+# DJANGO_SECRET_KEY, else a random key generated once into a file outside the repository
+# (every process on this machine shares it; set DJANGO_SECRET_KEY when several machines serve).
+SECRET_KEY = env("DJANGO_SECRET_KEY")
+TOOLNEXUS_SECRET_KEY_FILE = None
 if not SECRET_KEY:
-    raise RuntimeError("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+    TOOLNEXUS_SECRET_KEY_FILE = secret_key_path()
+    try:
+        SECRET_KEY = load_or_create_secret_key(TOOLNEXUS_SECRET_KEY_FILE)
+    except OSError as exc:
+        if not DEBUG:
+            raise RuntimeError(
+                f"DJANGO_SECRET_KEY is not set and {TOOLNEXUS_SECRET_KEY_FILE} cannot be "
+                f"used ({exc}): set DJANGO_SECRET_KEY or TOOLNEXUS_SECRET_KEY_FILE"
+            ) from exc
+        print(
+            f"warning: {TOOLNEXUS_SECRET_KEY_FILE} cannot be used ({exc}); this process uses "
+            "a random secret key of its own (sessions end when it stops)",
+            file=sys.stderr,
+        )
+        SECRET_KEY = secrets.token_urlsafe(50)
+        TOOLNEXUS_SECRET_KEY_FILE = None
+
+# Loopback names, plus the names `serve`'s bind is reached by, plus TOOLNEXUS_ALLOWED_HOSTS
+# (`serve --allowed-host NAME`).
+ALLOWED_HOSTS = [
+    *env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"),
+    *bind_hosts(TOOLNEXUS_HOST),
+    *env_list("TOOLNEXUS_ALLOWED_HOSTS"),
+]
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
@@ -46,6 +163,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "csp",
     "django_tasks",
     "django_tasks_db",
 ]
@@ -53,6 +171,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "approvals.middleware.requests_in_flight_middleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "approvals.middleware.RequestGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -189,9 +308,50 @@ STORAGES = {
 # Bodies past this get 413 (API) instead of being read into memory.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(env("TOOLNEXUS_MAX_BODY_BYTES", str(256 * 1024)))
 
+# -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
+
+# No inline script or style, no eval: htmx runs with allowEval, includeIndicatorStyles and
+# allowScriptTags off (base.html's htmx-config), and app.js holds every handler. CSP Level 3
+# 'self' covers the live websockets (ws:/wss: to the same host and port).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# A TLS-terminating proxy's header, e.g. "X-Forwarded-Proto" (value https) or
+# "X-Forwarded-Proto,https". Set it only when the proxy always sets that header itself.
+_proxy_ssl_header = env("DJANGO_SECURE_PROXY_SSL_HEADER")
+if _proxy_ssl_header:
+    _name, _, _value = (part.strip() for part in _proxy_ssl_header.partition(","))
+    _name = _name.upper().replace("-", "_")
+    SECURE_PROXY_SSL_HEADER = (
+        _name if _name.startswith("HTTP_") else f"HTTP_{_name}",
+        _value or "https",
+    )
+
 if not DEBUG:
-    SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
-    CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
+    # DJANGO_SECURE_COOKIES=0 means plain HTTP (a loopback bench, a trusted network): the
+    # redirect to HTTPS is then off too unless DJANGO_SECURE_SSL_REDIRECT says otherwise.
+    SECURE_COOKIES = env_bool("DJANGO_SECURE_COOKIES", True)
+    SESSION_COOKIE_SECURE = SECURE_COOKIES
+    CSRF_COOKIE_SECURE = SECURE_COOKIES
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", SECURE_COOKIES)
+    SECURE_HSTS_SECONDS = int(env("DJANGO_SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    # Preloading is a commitment browsers ship for months: an explicit opt-in, not a default.
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]  # "SECURE_HSTS_PRELOAD is not True"
 
 LOGGING = {
     "version": 1,

@@ -470,8 +470,22 @@
     tell(where(e.detail), "The server did not answer in time: your decision may not have been sent; what you typed is kept. Reload the card to check before trying again.");
   });
 
-  // A socket the server closed because the session ended or access was withdrawn.
+  // The page's live indicator (#live, the element holding the socket): "live" while open.
+  document.addEventListener("htmx:ws-open", function (e) {
+    var live = e.target;
+    if (!live || live.id !== "live") return;
+    live.dataset.wsOpen = "1";
+    live.textContent = "live";
+  });
+
+  // A socket that closed reconnects by itself, unless the server closed it because the
+  // session ended or access was withdrawn.
   document.addEventListener("htmx:ws-close", function (e) {
+    var live = e.target;
+    if (live && live.id === "live") {
+      delete live.dataset.wsOpen;
+      live.textContent = "reconnecting…";
+    }
     var code = e.detail && e.detail.event && e.detail.event.code;
     if (code === 4401) signedOut();
     else if (code === 4403) {

@@ -2,21 +2,110 @@
 
 Applies migrations, makes sure the demo accounts exist (printing their passwords), starts a
 worker thread, and serves HTTP and websockets with Daphne.
+
+Loopback (the default, 127.0.0.1) is the laptop setup: DEBUG on, demo accounts with a printed
+password, the `admin` superuser among them. Any other bind (`--host 0.0.0.0`) lets other
+machines connect, so: DEBUG off (refused if forced on), the allowed hosts follow the bind, no
+demo accounts unless `--demo-accounts` (reviewers only: never a superuser with a printed
+password), static files collected, and a warning saying so. Settings are read before a
+command runs, so when the bind is not the one they were loaded for (`TOOLNEXUS_HOST`), the
+command runs itself again with `TOOLNEXUS_HOST` set.
 """
+
+from __future__ import annotations
 
 import os
 import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+from toolnexus_web.settings import env_list, is_loopback
+
+REEXEC_MARK = "TOOLNEXUS_SERVE_REEXEC"
+DEMO_NAMES = ("reviewer", "reviewer2", "watcher", "admin")
+# The demo accounts that may exist on a non-loopback bind (asked for with --demo-accounts).
+DEMO_REVIEWERS = [
+    ("reviewer", "Reviewers", "can decide"),
+    ("reviewer2", "Reviewers", "can decide"),
+    ("watcher", "Watchers", "view only"),
+]
+
+
+@dataclass(frozen=True)
+class Exposure:
+    host: str
+    loopback: bool
+    demo_accounts: bool  # create (or reset) the demo accounts and print their password
+    demo_superuser: bool  # ... the `admin` superuser among them
+
+
+def plan_exposure(host: str, *, demo_accounts: bool | None, debug: bool) -> Exposure:
+    """What `serve` does on `host`. demo_accounts: --demo-accounts (True),
+    --no-demo-accounts (False), neither (None: only on loopback)."""
+    loopback = is_loopback(host)
+    if debug and not loopback:
+        raise CommandError(
+            f"DEBUG is on and {host!r} is not a loopback address: a DEBUG server shows "
+            "tracebacks and settings to anyone who can reach it. Unset DJANGO_DEBUG (it is "
+            "off by default on such a bind), or serve on 127.0.0.1."
+        )
+    if demo_accounts is None:
+        demo_accounts = loopback
+    return Exposure(host, loopback, demo_accounts, demo_superuser=demo_accounts and loopback)
+
+
+def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
+    """The demo accounts `plan` allows, with `password`: all four on loopback, the reviewers
+    and the watcher (no staff, no superuser) on any other bind."""
+    from approvals.accounts import ensure_demo_accounts, ensure_groups
+
+    if not plan.demo_accounts:
+        return []
+    if plan.demo_superuser:
+        return ensure_demo_accounts(password)
+    groups = ensure_groups()
+    User = get_user_model()
+    made = []
+    for username, group, role in DEMO_REVIEWERS:
+        user, _ = User.objects.get_or_create(username=username)
+        user.set_password(password)
+        user.is_staff = user.is_superuser = False
+        user.save()
+        user.groups.add(groups[group])
+        made.append((username, role))
+    return made
+
+
+def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
+    """The variables settings must be loaded with for this bind: empty when they already fit."""
+    loaded_for = os.environ.get("TOOLNEXUS_HOST") or "127.0.0.1"
+    wanted = {}
+    if host != loaded_for and not (is_loopback(host) and is_loopback(loaded_for)):
+        wanted["TOOLNEXUS_HOST"] = host
+    missing = [name for name in allowed_hosts if name not in settings.ALLOWED_HOSTS]
+    if missing:
+        wanted["TOOLNEXUS_ALLOWED_HOSTS"] = ",".join(
+            [*env_list("TOOLNEXUS_ALLOWED_HOSTS"), *missing]
+        )
+    return wanted
 
 
 class Command(BaseCommand):
     help = "Serve the app (ASGI) with an in-process worker; applies migrations and prints demo accounts."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default=os.environ.get("TOOLNEXUS_HOST", "127.0.0.1"))
+        parser.add_argument(
+            "--host",
+            default=os.environ.get("TOOLNEXUS_HOST", "127.0.0.1"),
+            help="address to listen on (default 127.0.0.1; anything else turns DEBUG off, "
+            "see the warning it prints)",
+        )
         parser.add_argument(
             "--port", type=int, default=int(os.environ.get("TOOLNEXUS_PORT", "8000"))
         )
@@ -25,19 +114,46 @@ class Command(BaseCommand):
             action="store_true",
             help="serve only; run db_worker processes separately",
         )
-        parser.add_argument(
-            "--no-demo-accounts",
+        demo = parser.add_mutually_exclusive_group()
+        demo.add_argument(
+            "--demo-accounts",
+            dest="demo_accounts",
             action="store_true",
+            default=None,
+            help="create the demo accounts and print their password (the default on "
+            "loopback; on any other bind reviewers only, never the admin superuser)",
+        )
+        demo.add_argument(
+            "--no-demo-accounts",
+            dest="demo_accounts",
+            action="store_false",
             help="do not create or print the demo accounts",
         )
+        parser.add_argument(
+            "--allowed-host",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="another Host name to accept (repeatable; the bind's own names are accepted)",
+        )
 
-    def handle(self, *, host, port, no_worker, no_demo_accounts, **options):
+    def run_from_argv(self, argv):
+        self._from_command_line = True
+        super().run_from_argv(argv)
+
+    def handle(self, *, host, port, no_worker, demo_accounts, allowed_host, **options):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
-        from approvals.accounts import ensure_demo_accounts
         from approvals.worker import start_in_process_worker
-        from toolnexus_web.asgi import application
+
+        allowed = [
+            name.strip() for item in allowed_host for name in item.split(",") if name.strip()
+        ]
+        wanted = settings_env(host, allowed)
+        if wanted:
+            self._reload_settings(wanted)
+        plan = plan_exposure(host, demo_accounts=demo_accounts, debug=settings.DEBUG)
 
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write(
@@ -46,23 +162,122 @@ class Command(BaseCommand):
         self.stdout.write(
             f"live push: {settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}"
         )
-        if not no_demo_accounts:
+        self.stdout.write(f"secret key: {self._key_source()}")
+        self._static_files(plan, no_worker)
+        if plan.demo_accounts:
             password = os.environ.get("TOOLNEXUS_DEMO_PASSWORD") or secrets.token_urlsafe(9)
-            for username, role in ensure_demo_accounts(password):
+            for username, role in make_demo_accounts(plan, password):
                 self.stdout.write(f"demo account: {username} / {password}  ({role})")
+        if not plan.loopback:
+            self._warn_exposed(plan, port)
         worker = thread = None
         if not no_worker:
             worker, thread = start_in_process_worker()
             self.stdout.write("worker: in-process thread")
+        # Imported after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
+        from toolnexus_web.asgi import application
+
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
+        server = Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(host=host, port=port),
+            verbosity=0,
+        )
         try:
-            Server(
-                application=application,
-                endpoints=build_endpoint_description_strings(host=host, port=port),
-                verbosity=0,
-            ).run()
+            server.run()
         finally:
             if worker is not None:
                 # Let the current step finish: its checkpoint is where the next start resumes.
                 worker.stop.set()
                 thread.join(timeout=30)
+        if not server.listening_addresses:
+            raise CommandError(f"could not listen on {host}:{port} (see the log above)")
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _reload_settings(self, wanted: dict[str, str]) -> None:
+        """Run this command again in a process whose settings are loaded for the bind."""
+        shown = " ".join(f"{key}={value}" for key, value in wanted.items())
+        if not getattr(self, "_from_command_line", False) or os.environ.get(REEXEC_MARK):
+            raise CommandError(
+                f"settings were loaded for another bind: set {shown} before Django starts"
+            )
+        self.stdout.write(f"restarting with {shown} (settings depend on the bind)")
+        self.stdout.flush()
+        sys.stderr.flush()
+        os.execve(
+            sys.executable,
+            [sys.executable, *sys.orig_argv[1:]],
+            {**os.environ, **wanted, REEXEC_MARK: "1"},
+        )
+
+    def _key_source(self) -> str:
+        path = getattr(settings, "TOOLNEXUS_SECRET_KEY_FILE", None)
+        if os.environ.get("DJANGO_SECRET_KEY"):
+            return "DJANGO_SECRET_KEY"
+        return str(path) if path else "random, this process only"
+
+    def _static_files(self, plan: Exposure, no_worker: bool) -> None:
+        """DEBUG off serves hashed copies from STATIC_ROOT (WhiteNoise): on a non-loopback
+        bind the single-process form collects them at every start (they follow the code);
+        separate web processes expect `collectstatic` at deploy time."""
+        if settings.DEBUG or "Manifest" not in settings.STORAGES["staticfiles"]["BACKEND"]:
+            return
+        manifest = Path(settings.STATIC_ROOT) / "staticfiles.json"
+        if not plan.loopback and (not no_worker or not manifest.exists()):
+            call_command("collectstatic", interactive=False, verbosity=0)
+            self.stdout.write(f"static files: collected into {settings.STATIC_ROOT}")
+        elif not manifest.exists():
+            self.stderr.write(
+                self.style.WARNING(
+                    f"static files: no {manifest}: run `manage.py collectstatic` "
+                    "(with DEBUG off, pages fail without it)"
+                )
+            )
+
+    def _warn_exposed(self, plan: Exposure, port: int) -> None:
+        lines = [
+            f"WARNING: listening on {plan.host}:{port}: other machines can connect to this app.",
+            f"  DEBUG is off; the secret key is from {self._key_source()}.",
+            f"  Accepted Host names: {', '.join(settings.ALLOWED_HOSTS)} "
+            "(more with --allowed-host NAME).",
+        ]
+        if plan.demo_accounts:
+            lines.append(
+                "  Demo reviewers only (--demo-accounts): no demo superuser on this bind. "
+                "An administrator: `manage.py createsuperuser`."
+            )
+        else:
+            lines.append(
+                "  No demo accounts on this bind (--demo-accounts makes the reviewers, never a "
+                "superuser). Make your own: `manage.py createsuperuser`."
+            )
+        User = get_user_model()
+        stale = list(
+            User.objects.filter(username__in=DEMO_NAMES, is_active=True)
+            .exclude(
+                username__in=[name for name, *_ in DEMO_REVIEWERS] if plan.demo_accounts else []
+            )
+            .order_by("username")
+            .values_list("username", flat=True)
+        )
+        if stale:
+            lines.append(
+                f"  Demo accounts from an earlier loopback start exist ({', '.join(stale)}); "
+                "their password was printed then: change it (`manage.py changepassword NAME`) "
+                "or deactivate them in the admin."
+            )
+        if getattr(settings, "SESSION_COOKIE_SECURE", False):
+            lines.append(
+                "  This server speaks plain HTTP; http:// requests are redirected to https:// "
+                "and cookies are Secure: put a TLS proxy in front (DJANGO_SECURE_PROXY_SSL_HEADER; "
+                'docs/operations.md, "Security settings"), or on a network you trust set '
+                "DJANGO_SECURE_COOKIES=0 for plain HTTP."
+            )
+        else:
+            lines.append(
+                "  DJANGO_SECURE_COOKIES=0: passwords and session cookies cross the network "
+                "in clear text. Only on a network you trust."
+            )
+        self.stdout.flush()  # the warning follows what was printed before it
+        self.stderr.write(self.style.WARNING("\n".join(lines)))
