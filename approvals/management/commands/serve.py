@@ -35,8 +35,8 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
-        from approvals.accounts import ensure_demo_accounts
-        from approvals.worker import start_in_process_worker
+        from approvals.execution.worker import start_in_process_worker
+        from approvals.permissions import ensure_demo_accounts
         from toolnexus_web.asgi import application
 
         call_command("migrate", interactive=False, verbosity=0)
