@@ -12,20 +12,22 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from . import services
-from .exceptions import ServiceError
+from .domain.arguments import diff
+from .domain.exceptions import ServiceError
 from .models import ApiToken, ApprovalRequest, Event, RequestCall, Run, ToolExecution
-from .presenters import request_title
-from .schema_forms import diff
+from .presenters.cards import request_title
+from .templatetags.approvals_tags import pretty_json
 
 
 def _json_text(value) -> str:
     return "(not set)" if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def pretty_json(value) -> str:
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+def json_block(value) -> str:
+    """A JSON value as an indented, escaped block for the admin's read-only fields."""
     return format_html(
-        '<pre style="white-space:pre-wrap;max-height:40em;overflow:auto">{}</pre>', text
+        '<pre style="white-space:pre-wrap;max-height:40em;overflow:auto">{}</pre>',
+        pretty_json(value),
     )
 
 
@@ -61,7 +63,7 @@ class RequestCallInline(admin.TabularInline):
 
     @admin.display(description="input")
     def input_pretty(self, obj):
-        return pretty_json(obj.input)
+        return json_block(obj.input)
 
     @admin.display(description="edits (the model asked → approved)")
     def edits(self, obj):
@@ -144,11 +146,11 @@ class ApprovalRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="data")
     def data_pretty(self, obj):
-        return pretty_json(obj.data)
+        return json_block(obj.data)
 
     @admin.display(description="answer")
     def answer_pretty(self, obj):
-        return pretty_json(obj.answer)
+        return json_block(obj.answer)
 
     @admin.action(description="Decline selected requests (with a reason)", permissions=["decide"])
     def decline_selected(self, request, queryset):
@@ -261,11 +263,11 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="usage")
     def usage_pretty(self, obj):
-        return pretty_json(obj.usage)
+        return json_block(obj.usage)
 
     @admin.display(description="transcript")
     def messages_pretty(self, obj):
-        return pretty_json(obj.messages)
+        return json_block(obj.messages)
 
     @admin.action(description="Retry selected failed runs", permissions=["retry"])
     def retry_selected(self, request, queryset):
@@ -306,7 +308,7 @@ class EventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="detail")
     def detail_pretty(self, obj):
-        return pretty_json(obj.detail)
+        return json_block(obj.detail)
 
     def has_delete_permission(self, request, obj=None):
         return False  # the audit trail is append-only

@@ -20,8 +20,8 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict, StrictBool, StrictStr
 
 from . import selectors, services
-from .exceptions import ServiceError
-from .middleware import strict_json_loads
+from .domain.exceptions import ServiceError
+from .domain.jsonvalues import strict_json_loads
 from .models import ApprovalRequest, Run
 
 

@@ -7,9 +7,11 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import agents
+        # The composition root: agents are discovered, and the live layer hears changes.
+        from .agents.discovery import autodiscover
+        from .live import publisher  # noqa: F401  (connects to approvals.events.changed)
 
-        agents.autodiscover()
+        autodiscover()
         _connect_live_access_signals()
 
 
@@ -36,8 +38,8 @@ def _connect_live_access_signals() -> None:
 
 
 def _signed_out(sender, request=None, user=None, **kwargs) -> None:
-    from . import broadcast
-    from .consumers import session_tag
+    from .live import publisher as broadcast
+    from .live.consumers import session_tag
 
     if user is None or user.pk is None:
         return
@@ -70,7 +72,7 @@ def _access_changed(sender, instance, action, reverse=False, pk_set=None, **kwar
 
 
 def _recheck(user_id) -> None:
-    from . import broadcast
+    from .live import publisher as broadcast
 
     if user_id is not None:
         broadcast.notify_user(user_id, {"type": "approvals.session", "action": "recheck"})

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from .domain.arguments import diff
 from .models import ApprovalRequest, Event, RequestCall, Run
-from .schema_forms import diff
 
 State = ApprovalRequest.State
 

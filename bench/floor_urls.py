@@ -8,7 +8,7 @@ is left is Django's middleware stack, one UPDATE, and one Redis publish. decisio
 times it exactly like the real `POST /api/requests/{id}/decline`.
 
 With BENCH_TRACE=1 in the environment (decision_latency.py --trace), the server also wraps
-the app's broadcaster (approvals.broadcast, untouched on disk) to print one line per pushed
+the app's broadcaster (approvals.live.publisher, untouched on disk) to print one line per pushed
 decision to its log: when the change was queued after commit, when the light lane started
 and finished building its message, and when the group_send returned, all on the machine-wide
 monotonic clock (time.perf_counter), so the bench can split (b) into its parts.
@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from approvals.broadcast import INBOX_GROUP
+from approvals.live.publisher import INBOX_GROUP
 from approvals.models import ApprovalRequest
 from toolnexus_web.urls import urlpatterns as app_urlpatterns
 
@@ -60,7 +60,7 @@ def floor_decline(request: HttpRequest, pk: int) -> JsonResponse:
 
 
 def _install_trace() -> None:
-    from approvals import broadcast
+    from approvals.live import publisher as broadcast
 
     changed, build, send = broadcast.changed, broadcast.build_light_messages, broadcast.send
     queued: dict[int, tuple[float, int]] = {}

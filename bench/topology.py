@@ -561,7 +561,7 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from approvals import services
-from approvals.accounts import ensure_groups
+from approvals.permissions import ensure_groups
 params = json.loads(sys.stdin.read())
 reviewers = ensure_groups()["Reviewers"]
 User = get_user_model()

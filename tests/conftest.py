@@ -29,6 +29,6 @@ def _flush_live_pushes(request):
     """Let the broadcaster thread finish this test's pushes while the test database exists."""
     yield
     if "django_db_setup" in request.fixturenames or request.node.get_closest_marker("django_db"):
-        from approvals import broadcast
+        from approvals.live import publisher as broadcast
 
         broadcast.flush()

@@ -169,11 +169,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "approvals.middleware.requests_in_flight_middleware",
+    "approvals.web.middleware.requests_in_flight_middleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "approvals.middleware.RequestGuardMiddleware",
+    "approvals.web.middleware.RequestGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -279,7 +279,7 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 # -- auth, static, i18n --------------------------------------------------------------------
 
 # ModelBackend's rules, one query per permission check instead of two.
-AUTHENTICATION_BACKENDS = ["approvals.accounts.PermissionBackend"]
+AUTHENTICATION_BACKENDS = ["approvals.permissions.PermissionBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from approvals import agents
-from approvals.demo import demo_generate, demo_tools, issue_refund
+from approvals.agents.demo import demo_generate, demo_tools, issue_refund
 from toolnexus import create_in_process_client
 
 from .factories import registered_mock_agent

@@ -1,7 +1,7 @@
 """An agents module named by settings.TOOLNEXUS_AGENT_MODULES in tests: registers on import."""
 
 from approvals import agents
-from approvals.demo import demo_generate
+from approvals.agents.demo import demo_generate
 from toolnexus import create_in_process_client
 from toolnexus.relay import relay_tool
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
 from approvals import services
-from approvals.accounts import ensure_groups
+from approvals.execution.worker import Worker
 from approvals.models import Run
-from approvals.worker import Worker
+from approvals.permissions import ensure_groups
 from toolnexus import create_client
 
 _n = itertools.count(1)
@@ -173,7 +173,7 @@ def registered_mock_agent(
     """Register agent `name`: a `MockOpenAI` model that calls the demo's `refund` relay tool
     (executor included) with `tool_input`; yields the model, unregisters the agent after."""
     from approvals import agents
-    from approvals.demo import demo_tools, issue_refund
+    from approvals.agents.demo import demo_tools, issue_refund
 
     model = MockOpenAI(tool="refund", tool_input=tool_input)
     model.fail = fail

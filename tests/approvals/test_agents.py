@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from approvals import agents, services
-from approvals.demo import demo_generate
+from approvals.agents.demo import demo_generate
+from approvals.agents.discovery import autodiscover
 from toolnexus import Client, Tool, ToolResult, create_in_process_client
 from toolnexus.relay import relay_tool
 
@@ -145,7 +146,7 @@ def test_agent_modules_setting_is_imported_by_autodiscover(settings):
     sys.modules.pop(module, None)
     settings.TOOLNEXUS_AGENT_MODULES = [module]
     try:
-        agents.autodiscover()
+        autodiscover()
         extra = agents.get("extra")
         assert extra is not None
         assert extra.description == "registered by TOOLNEXUS_AGENT_MODULES"
@@ -158,7 +159,7 @@ def test_agent_modules_setting_is_imported_by_autodiscover(settings):
 def test_agent_modules_setting_with_a_missing_module_fails_loudly(settings):
     settings.TOOLNEXUS_AGENT_MODULES = ["tests.approvals.no_such_agents_module"]
     with pytest.raises(ModuleNotFoundError):
-        agents.autodiscover()
+        autodiscover()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,7 +10,8 @@ from django.db import connections
 from django.utils import timezone
 
 from approvals import services
-from approvals.exceptions import AlreadyDecided
+from approvals.domain.exceptions import AlreadyDecided
+from approvals.execution import recovery
 from approvals.models import ApprovalRequest, Event
 
 from .factories import drain, fresh, make_user, start_and_halt, tasks_for, tool_output
@@ -121,7 +122,7 @@ def test_concurrent_expiry_and_decision_yield_one_outcome():
     def expire():
         try:
             barrier.wait(timeout=30)
-            outcomes.append(("expired", services.requests_expire_overdue()))
+            outcomes.append(("expired", recovery.requests_expire_overdue()))
         finally:
             connections.close_all()
 

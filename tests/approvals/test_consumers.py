@@ -22,7 +22,8 @@ from channels.testing import WebsocketCommunicator
 from django.middleware.csrf import _unmask_cipher_token
 from django.test import Client
 
-from approvals import broadcast, services
+from approvals import services
+from approvals.live import publisher as broadcast
 from approvals.models import ApprovalRequest, Run
 from toolnexus_web.asgi import application
 
@@ -523,7 +524,7 @@ def test_flush_returns_at_once_when_nothing_was_ever_queued():
     """`flush()` is what tests (and shutdown) wait on; in a fresh process whose broadcaster
     thread never started it must not sit out its whole timeout."""
     code = (
-        "import time, django; django.setup(); from approvals import broadcast; "
+        "import time, django; django.setup(); from approvals.live import publisher as broadcast; "
         "t = time.monotonic(); broadcast.flush(timeout=5); print(time.monotonic() - t)"
     )
     started = time.monotonic()
@@ -542,7 +543,7 @@ def test_flush_returns_at_once_when_nothing_was_ever_queued():
 async def test_a_push_to_a_page_that_just_went_away_is_dropped_quietly():
     from autobahn.exception import Disconnected
 
-    from approvals.consumers import InboxConsumer
+    from approvals.live.consumers import InboxConsumer
 
     consumer = InboxConsumer()
     consumer.csrf_token = ""
@@ -663,7 +664,7 @@ async def test_removing_a_viewer_from_their_group_ends_their_live_pages_at_once(
 
 @pytest.fixture
 def recheck_every_push(monkeypatch):
-    from approvals import consumers
+    from approvals.live import consumers
 
     monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0, raising=False)
 
@@ -716,7 +717,7 @@ async def test_access_is_rechecked_at_most_every_few_seconds_not_per_push():
     comm, _ = await open_socket("/ws/inbox/", reviewer)
     calls = []
     try:
-        from approvals import consumers
+        from approvals.live import consumers
 
         original = consumers._Base._current_access
 

@@ -17,7 +17,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from approvals import broadcast, services
+from approvals import services
+from approvals.live import publisher as broadcast
 from approvals.models import ApprovalRequest
 
 from .factories import bearer, make_user, post_json, start_and_halt

@@ -9,8 +9,9 @@ import re
 
 import pytest
 
-from approvals import broadcast, services
-from approvals.exceptions import InvalidInput
+from approvals import services
+from approvals.domain.exceptions import InvalidInput
+from approvals.live import publisher as broadcast
 from approvals.models import ApprovalRequest, Event, Run
 
 from .factories import (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from approvals import services
-from approvals.exceptions import AlreadyDecided, InvalidInput, InvalidTransition, NotAllowed
+from approvals.domain import records
+from approvals.domain.exceptions import AlreadyDecided, InvalidInput, InvalidTransition, NotAllowed
 from approvals.models import ApprovalRequest, Event, RequestCall, ToolExecution
 
 from .factories import drain, fresh, make_user, start_and_halt, tasks_for, tool_output
@@ -514,9 +515,9 @@ def test_retry_refuses_a_done_run():
 
 
 def test_request_row_allows_only_terminal_transitions():
-    assert services.ALLOWED_TRANSITIONS["request"]["declined"] == set()
+    assert records.ALLOWED_TRANSITIONS["request"]["declined"] == set()
     with pytest.raises(InvalidTransition):
-        services.check_transition("request", "declined", "approved")
+        records.check_transition("request", "declined", "approved")
     with pytest.raises(InvalidTransition):
-        services.check_transition("run", "done", "queued")
-    assert ApprovalRequest.State.PENDING in services.ALLOWED_TRANSITIONS["request"]
+        records.check_transition("run", "done", "queued")
+    assert ApprovalRequest.State.PENDING in records.ALLOWED_TRANSITIONS["request"]

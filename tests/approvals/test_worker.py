@@ -9,11 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from approvals import agents, runner, services
-from approvals.demo import demo_generate, demo_tools
-from approvals.exceptions import NotAllowed
+from approvals import agents, services
+from approvals.agents.demo import demo_generate, demo_tools
+from approvals.domain.exceptions import LeaseLost, NotAllowed
+from approvals.execution import journal, recovery, runner, store
+from approvals.execution.worker import Worker
 from approvals.models import ApprovalRequest, Event, Run, ToolExecution
-from approvals.worker import Worker
 from toolnexus import Tool, ToolResult, create_client, create_in_process_client
 from toolnexus.approval import approval_required
 from toolnexus.relay import relay_tool
@@ -49,7 +50,7 @@ def test_overdue_request_is_expired_by_the_service_and_the_run_reads_it():
     ApprovalRequest.objects.filter(run=not_due).update(
         expires_at=timezone.now() + timedelta(hours=1)
     )
-    assert services.requests_expire_overdue() == 1
+    assert recovery.requests_expire_overdue() == 1
     request.refresh_from_db()
     assert request.state == "expired"
     assert request.reason == "expired"
@@ -62,7 +63,7 @@ def test_overdue_request_is_expired_by_the_service_and_the_run_reads_it():
     assert run.status == "done"
     assert tool_output(run, "call_refund") == "relay declined for refund: expired"
     assert "expired" in run.text
-    assert services.requests_expire_overdue() == 0  # nothing twice
+    assert recovery.requests_expire_overdue() == 0  # nothing twice
     assert Event.objects.filter(run=run, action="request_expired").count() == 1
 
 
@@ -83,7 +84,7 @@ def test_expire_requests_command():
 def test_expired_approval_request_reaches_the_model_and_nothing_runs():
     run = start_and_halt(prompt="delete the account")
     _overdue(run)
-    services.requests_expire_overdue()
+    recovery.requests_expire_overdue()
     drain()
     run = fresh(run)
     output = tool_output(run, "call_delete")
@@ -113,7 +114,7 @@ def test_decided_request_is_not_expired_later():
     run = start_and_halt(user=user)
     request = _overdue(run)
     services.request_decline(request_id=request.request_id, user=user, reason="no")
-    assert services.requests_expire_overdue() == 0
+    assert recovery.requests_expire_overdue() == 0
     request.refresh_from_db()
     assert request.state == "declined" and request.reason == "no"
 
@@ -301,8 +302,10 @@ def crash_agent():
 
 
 def _kill_once(monkeypatch, name: str, *, when=lambda: True) -> list[bool]:
-    """Make services.<name> raise WorkerKilled the first time `when()` holds."""
-    real = getattr(services, name)
+    """Make the worker's write <name> (its store or journal) raise WorkerKilled the first
+    time `when()` holds."""
+    module = journal if hasattr(journal, name) else store
+    real = getattr(module, name)
     killed: list[bool] = []
 
     def wrapper(*args, **kwargs):
@@ -311,13 +314,13 @@ def _kill_once(monkeypatch, name: str, *, when=lambda: True) -> list[bool]:
             raise WorkerKilled(name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(services, name, wrapper)
+    monkeypatch.setattr(module, name, wrapper)
     return killed
 
 
 def _recover(run: Run) -> None:
     lapse_lease(run)
-    assert services.runs_recover_stale() == 1
+    assert recovery.runs_recover_stale() == 1
     assert fresh(run).status == "queued"
     drain()
 
@@ -331,7 +334,7 @@ def test_killed_after_a_native_tool_ran_it_is_not_run_again(crash_agent, monkeyp
     assert killed and len(TOOL_RUNS) == 1
     run = fresh(run)
     assert run.status == "running" and run.worker_id  # the dead worker still "holds" it
-    assert services.runs_recover_stale() == 0  # its lease has not lapsed yet
+    assert recovery.runs_recover_stale() == 0  # its lease has not lapsed yet
 
     _recover(run)
     run = fresh(run)
@@ -500,12 +503,12 @@ def test_killed_after_a_relay_executor_ran_recovery_does_not_run_it_again(
 def test_a_run_is_executed_by_one_worker_at_a_time():
     user = make_user()
     run = services.run_start(agent="demo", prompt="refund", started_by=user)
-    claimed = services.run_claim(run_id=run.pk, worker_id="w1")
+    claimed = store.run_claim(run_id=run.pk, worker_id="w1")
     assert claimed is not None and claimed.status == "running"
-    assert services.run_claim(run_id=run.pk, worker_id="w2") is None
-    assert runner.execute_run(run.pk) == "skipped"
+    assert store.run_claim(run_id=run.pk, worker_id="w2") is None
+    assert runner.drive(run.pk) == "skipped"
     lapse_lease(run)
-    taken = services.run_claim(run_id=run.pk, worker_id="w2")
+    taken = store.run_claim(run_id=run.pk, worker_id="w2")
     assert taken is not None and taken.worker_id == "w2"
     assert Event.objects.filter(run=run, action="run_taken_over").count() == 1
 
@@ -513,12 +516,12 @@ def test_a_run_is_executed_by_one_worker_at_a_time():
 def test_lost_lease_does_not_overwrite_the_new_workers_result():
     user = make_user()
     run = services.run_start(agent="demo", prompt="refund", started_by=user)
-    services.run_claim(run_id=run.pk, worker_id="old")
+    store.run_claim(run_id=run.pk, worker_id="old")
     lapse_lease(run)
-    services.run_claim(run_id=run.pk, worker_id="new")
-    with pytest.raises(services.LeaseLost):
-        services.run_checkpoint(run_id=run.pk, worker_id="old", messages=[])
-    services.run_fail(run_id=run.pk, worker_id="old", error="late failure")
+    store.run_claim(run_id=run.pk, worker_id="new")
+    with pytest.raises(LeaseLost):
+        store.run_checkpoint(run_id=run.pk, worker_id="old", messages=[])
+    store.run_fail(run_id=run.pk, worker_id="old", error="late failure")
     run = fresh(run)
     assert run.status == "running" and run.worker_id == "new" and run.error == ""
 

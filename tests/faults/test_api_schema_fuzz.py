@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from approvals import api, services
+from approvals.execution import store
 from approvals.models import ApprovalRequest, Run
 from tests.approvals.factories import bearer, make_user, registered_mock_agent, start_and_halt
 from tests.faults.rows import snapshot
@@ -206,8 +207,8 @@ class Targets:
             or not Run.objects.filter(pk=self.failed.pk, status="failed").exists()
         ):
             run = services.run_start(agent="fuzz-broken", prompt="refund", started_by=self.user)
-            services.run_claim(run_id=run.pk, worker_id="fuzz")
-            services.run_fail(run_id=run.pk, worker_id="fuzz", error="ModelError: injected")
+            store.run_claim(run_id=run.pk, worker_id="fuzz")
+            store.run_fail(run_id=run.pk, worker_id="fuzz", error="ModelError: injected")
             self.failed = Run.objects.get(pk=run.pk)
         return self.failed
 

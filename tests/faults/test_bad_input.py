@@ -20,7 +20,8 @@ from django.conf import settings
 from django.test import Client
 from django.utils.html import escape
 
-from approvals import broadcast, services
+from approvals import services
+from approvals.live import publisher as broadcast
 from approvals.models import ApprovalRequest, Run
 from tests.approvals.factories import (
     bearer,

@@ -19,7 +19,7 @@ import pytest
 from django.test import Client
 
 from approvals import agents, services
-from approvals.demo import demo_tools
+from approvals.agents.demo import demo_tools
 from approvals.models import ApprovalRequest, Event, Run, ToolExecution
 from tests.approvals.factories import bearer, drain, fresh, make_user, post_json
 from toolnexus import create_client

@@ -14,8 +14,8 @@ import secrets
 
 import pytest
 
+from approvals.execution.runner import UNKNOWN_OUTCOME
 from approvals.models import ApprovalRequest, Event, ToolExecution
-from approvals.runner import UNKNOWN_OUTCOME
 
 from .agents import prompt_for
 from .conftest import WAIT, assert_balanced, pending_request_id, start_run, tasks_for, wait_for

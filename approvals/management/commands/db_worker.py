@@ -2,7 +2,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from approvals.worker import Worker
+from approvals.execution.worker import Worker
 
 
 class Command(BaseCommand):

@@ -63,7 +63,7 @@ def plan_exposure(host: str, *, demo_accounts: bool | None, debug: bool) -> Expo
 def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
     """The demo accounts `plan` allows, with `password`: all four on loopback, the reviewers
     and the watcher (no staff, no superuser) on any other bind."""
-    from approvals.accounts import ensure_demo_accounts, ensure_groups
+    from approvals.permissions import ensure_demo_accounts, ensure_groups
 
     if not plan.demo_accounts:
         return []
@@ -145,7 +145,7 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
-        from approvals.worker import start_in_process_worker
+        from approvals.execution.worker import start_in_process_worker
 
         allowed = [
             name.strip() for item in allowed_host for name in item.split(",") if name.strip()

@@ -7,10 +7,8 @@ flash message); with htmx the same POST answers with the card's new HTML, swappe
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.context_processors import PermWrapper
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -23,59 +21,21 @@ from django.views import defaults
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from . import agents, broadcast, presenters, schema_forms, selectors, services
-from .exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
-from .middleware import strict_json_loads
-from .models import ApprovalRequest, Run
+from .. import agents, permissions, selectors, services
+from ..domain.arguments import diff
+from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
+from ..domain.jsonvalues import strict_json_loads
+from ..models import ApprovalRequest, Run
+from ..permissions import can_decide, permission_needed
+from ..presenters import cards, fields
+from ..presenters.history import history
+from ..presenters.pages import inbox_context, inbox_filters, run_context_for
 
-PAGE_SIZE = 20
-KINDS = list(presenters.KIND_LABELS.items())
-VIEW_REQUESTS = "approvals.view_approvalrequest"
-DECIDE = "approvals.decide_request"
-
-
-def can_decide(user) -> bool:
-    return user.has_perm(DECIDE)
+VIEW_REQUESTS = permissions.VIEW_REQUESTS
+DECIDE = permissions.DECIDE_PERMISSION
 
 
 # -- inbox ---------------------------------------------------------------------------------
-
-
-def inbox_filters(params) -> dict[str, str]:
-    state = params.get("state") or "pending"
-    if state != "all" and state not in ApprovalRequest.State.values:
-        state = "pending"
-    # NUL never names an agent or kind, and PostgreSQL refuses it in a query.
-    return {
-        "agent": params.get("agent", "").replace("\x00", "")[:100],
-        "kind": params.get("kind", "").replace("\x00", "")[:50],
-        "state": state,
-    }
-
-
-def inbox_context(user, filters: dict[str, str], page_number) -> dict:
-    qs = selectors.request_list(
-        state=None if filters["state"] == "all" else filters["state"],
-        agent=filters["agent"] or None,
-        kind=filters["kind"] or None,
-    )
-    page = Paginator(qs, PAGE_SIZE).get_page(page_number)
-    decide = can_decide(user)
-    filter_query = urlencode({k: v for k, v in filters.items() if v})
-    return {
-        "nav": "inbox",
-        "filters": filters,
-        "page": page,
-        "count": page.paginator.count,
-        "cards": [presenters.request_card(row, can_decide=decide) for row in page],
-        "agent_names": [a.name for a in agents.all()],
-        "kinds": KINDS,
-        "states": ApprovalRequest.State.choices,
-        "filter_query": filter_query,
-        "live_query": urlencode({**{k: v for k, v in filters.items() if v}, "page": page.number}),
-        "next_url": f"{reverse('approvals:inbox')}?{filter_query}",
-        "perms": PermWrapper(user),
-    }
 
 
 @require_GET
@@ -117,13 +77,13 @@ def _request_page(
     request: HttpRequest, row: ApprovalRequest, card=None, *, status: int = 200
 ) -> HttpResponse:
     decide = can_decide(request.user)
-    card = card or presenters.request_card(row, can_decide=decide)
+    card = card or cards.request_card(row, can_decide=decide)
     context = {
         **run_context_for(row.run, can_decide=decide),
         "nav": "inbox",
         "row": row,
         "card": card,
-        "history": presenters.history(selectors.request_history(row=row), card.outcome),
+        "history": history(selectors.request_history(row=row), card.outcome),
         "next_url": reverse("approvals:request-detail", args=[row.request_id]),
     }
     return render(request, "approvals/request_detail.html", context, status=status)
@@ -151,7 +111,7 @@ def _next_url(request: HttpRequest) -> str:
 def _render_card(
     request: HttpRequest, row: ApprovalRequest, *, message: str = "", level: str = "info"
 ) -> HttpResponse:
-    card = presenters.request_card(
+    card = cards.request_card(
         row, can_decide=can_decide(request.user), message=message, level=level
     )
     return render(
@@ -201,7 +161,7 @@ def _outcome(request: HttpRequest, request_id: str, message: str, level: str) ->
         response[STATE_HEADER] = row.state  # the inbox keeps the card if it lists that state
         toast = message
         if level == "success" and row.state != ApprovalRequest.State.PENDING:
-            toast = broadcast.own_toast(row, row.relay_tool_names())
+            toast = cards.own_toast(row, row.relay_tool_names())
         response.write(
             format_html(
                 '<div hx-swap-oob="beforeend:#toasts"><p class="toast {}" role="{}" data-request="request-{}">{}</p></div>',
@@ -252,7 +212,7 @@ def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
         row = _get_request(request_id)
         if (
             row.state == ApprovalRequest.State.PENDING
-            and presenters.request_card(row, can_decide=True).needs_confirmation
+            and cards.request_card(row, can_decide=True).needs_confirmation
         ):
             return _confirm(
                 request,
@@ -319,7 +279,7 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
     if row.kind == "question":
         answers = {
             q.text: request.POST.get(f"q.{q.index}", "")
-            for q in presenters.request_card(row, can_decide=True).questions
+            for q in cards.request_card(row, can_decide=True).questions
         }
         missing = [text for text, value in answers.items() if not value]
         if missing:
@@ -328,7 +288,7 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
             )
         data = {"answers": answers}
     else:
-        data, problems = schema_forms.values_from((row.data or {}).get("schema"), request.POST)
+        data, problems = fields.values_from((row.data or {}).get("schema"), request.POST)
         if problems:
             return _outcome(request, request_id, "; ".join(problems), "error")
     return _decide(
@@ -350,15 +310,15 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
     if call is None:
         return _outcome(request, request_id, "This request has no arguments to edit.", "error")
     schema = services.tool_schema(row.agent, call.tool_name)
-    edited, problems = schema_forms.values_from(schema, request.POST)
+    edited, problems = fields.values_from(schema, request.POST)
     problems += services.input_problems(edited, schema)
     if problems and row.state == ApprovalRequest.State.PENDING:
         # The editor stays open with what the reviewer typed, and says what is wrong.
-        card = presenters.request_card(
+        card = cards.request_card(
             row, can_decide=True, message="Not approved: " + "; ".join(problems), level="error"
         )
         card.edit_open = True
-        card.calls[0].fields = schema_forms.fields_from_post(schema, call.input, request.POST)
+        card.calls[0].fields = fields.fields_from_post(schema, call.input, request.POST)
         if not request.htmx:  # the request's page, the editor open as the reviewer left it
             return _request_page(request, row, card, status=400)
         return render(
@@ -373,40 +333,18 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
             f"Already {row.state} by {row.decided_by or 'the system'}: nothing was changed.",
             "warning",
         )
-    card = presenters.request_card(row, can_decide=True)
+    card = cards.request_card(row, can_decide=True)
     context = {
         "card": card,
         "tool_name": call.tool_name,
         "edited": edited,
-        "changes": schema_forms.diff(call.input, edited),
+        "changes": diff(call.input, edited),
         "next_url": _next_url(request),
     }
     return render(request, "approvals/inbox.html#edit-preview", context)
 
 
 # -- runs ----------------------------------------------------------------------------------
-
-
-def run_context(user, run: Run) -> dict:
-    return run_context_for(run, can_decide=can_decide(user))
-
-
-def run_context_for(run: Run, *, can_decide: bool) -> dict:
-    decide = can_decide
-    requests = list(
-        run.requests.select_related("decided_by")
-        .prefetch_related("calls")
-        .order_by("created_at", "id")
-    )
-    open_row = next((r for r in requests if r.state == ApprovalRequest.State.PENDING), None)
-    return {
-        "nav": "runs",
-        "run": run,
-        "can_decide": decide,
-        "entries": presenters.timeline(run.messages, requests),
-        "open_card": presenters.request_card(open_row, can_decide=decide) if open_row else None,
-        "next_url": reverse("approvals:run-detail", args=[run.pk]),
-    }
 
 
 @require_GET
@@ -417,7 +355,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         run = Run.objects.select_related("started_by").get(pk=run_id)
     except Run.DoesNotExist:
         raise Http404("no such run") from None
-    return render(request, "approvals/run_detail.html", run_context(request.user, run))
+    return render(
+        request,
+        "approvals/run_detail.html",
+        run_context_for(run, can_decide=can_decide(request.user)),
+    )
 
 
 @require_GET
@@ -547,20 +489,6 @@ PERMISSION_OF_URL = {
     "run-retry": "approvals.add_run",
     "run-cancel": DECIDE,
 }
-
-
-def permission_needed(perm: str) -> str:
-    """The sentence a 403 says: "You need the permission 'Can ...' (app.codename) ..."."""
-    from django.contrib.auth.models import Permission
-
-    app_label, _, codename = perm.partition(".")
-    name = (
-        Permission.objects.filter(content_type__app_label=app_label, codename=codename)
-        .values_list("name", flat=True)
-        .first()
-    )
-    which = f"'{name}' ({perm})" if name else f"'{perm}'"
-    return f"You need the permission {which} to do this. Ask an administrator to grant it."
 
 
 def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

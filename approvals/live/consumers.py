@@ -28,7 +28,9 @@ from django.middleware.csrf import CSRF_SECRET_LENGTH, _mask_cipher_secret
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from . import broadcast
+from ..models import Run
+from ..presenters.pages import inbox_filters
+from . import publisher as broadcast
 
 try:  # what Daphne's websocket layer raises on a send after the client went away
     from autobahn.exception import Disconnected as ClientGone
@@ -187,8 +189,6 @@ class InboxConsumer(_Base):
         return [broadcast.INBOX_GROUP]
 
     async def connect(self) -> None:
-        from .views import inbox_filters
-
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
         params = {k: v[0] for k, v in query.items() if v}
         self.filters = inbox_filters(params)
@@ -269,8 +269,6 @@ class RunConsumer(_Base):
         return [broadcast.run_group(self.scope["url_route"]["kwargs"]["run_id"])]
 
     def snapshot(self, user) -> str:
-        from .models import Run
-
         run = (
             Run.objects.select_related("started_by")
             .filter(pk=self.scope["url_route"]["kwargs"]["run_id"])

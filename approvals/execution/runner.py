@@ -21,29 +21,45 @@ import uuid
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
+from django_tasks import task
 
 from toolnexus import Answer, RunResult, Tool, ToolContext, ToolResult, create_toolkit, pending_of
 from toolnexus.dialects import ANTHROPIC, OPENAI
 from toolnexus.relay import RelayResult, answer_declined, relay_answer
 
-from . import agents, services
-from .exceptions import LeaseLost
-from .models import ApprovalRequest, RequestCall, Run, ToolExecution
+from .. import agents, events
+from ..domain.exceptions import LeaseLost
+from ..domain.records import set_run_status
+from ..models import ApprovalRequest, RequestCall, Run, ToolExecution
+from . import journal, store
+from .identity import current_worker_id
 
 log = logging.getLogger(__name__)
+
+RunStatus = Run.Status
 
 UNKNOWN_OUTCOME = (
     "the worker stopped while {name} was running, so its outcome is unknown; it was not run again"
 )
 
 
+@task()
 def execute_run(run_id: int) -> str:
-    """Claim and drive a run to its next stop (done, pending, incomplete or failed)."""
-    from .worker import current_worker_id
+    """The task: drive a run to its next stop; safe to run again for the same run."""
+    return drive(run_id)
 
+
+def enqueue(run: Run) -> None:
+    """Queue the run's execution (call inside the transaction that made it runnable: the task
+    row commits with it, or not at all)."""
+    execute_run.enqueue(run.pk)
+
+
+def drive(run_id: int) -> str:
+    """Claim and drive a run to its next stop (done, pending, incomplete or failed)."""
     worker_id = f"{current_worker_id()}:{uuid.uuid4().hex[:12]}"
-    run = services.run_claim(run_id=run_id, worker_id=worker_id)
+    run = store.run_claim(run_id=run_id, worker_id=worker_id)
     if run is None:
         return "skipped"  # already taken, finished or cancelled
     try:
@@ -60,16 +76,16 @@ def execute_run(run_id: int) -> str:
         return _settle_safely(
             run_id,
             worker_id,
-            lambda: services.run_fail(run_id=run_id, worker_id=worker_id, error=error),
+            lambda: store.run_fail(run_id=run_id, worker_id=worker_id, error=error),
             "failed",
         )
-    store = lambda: services.run_store_result(  # noqa: E731
+    write = lambda: store.run_store_result(  # noqa: E731
         run_id=run_id,
         worker_id=worker_id,
         result=result,
         applied_request_pk=request.pk if request else None,
     )
-    return _settle_safely(run_id, worker_id, store, result.status)
+    return _settle_safely(run_id, worker_id, write, result.status)
 
 
 def _settle_safely(run_id: int, worker_id: str, write, outcome: str) -> str:
@@ -88,9 +104,7 @@ def _settle_safely(run_id: int, worker_id: str, write, outcome: str) -> str:
         close_old_connections()
         connection.close()  # a broken connection reconnects on the next query
         try:
-            services.run_requeue(
-                run_id=run_id, worker_id=worker_id, reason="storing its outcome failed"
-            )
+            run_requeue(run_id=run_id, worker_id=worker_id, reason="storing its outcome failed")
             return "requeued"
         except LeaseLost:
             return "lease lost"
@@ -98,8 +112,22 @@ def _settle_safely(run_id: int, worker_id: str, write, outcome: str) -> str:
             log.exception("queueing run %s again failed (attempt %s)", run_id, attempt + 1)
             time.sleep(0.5 * (attempt + 1))
     # Still no database: stop renewing this run's lease so that another worker takes it over.
-    services.forget_run(worker_id)
+    store.forget_run(worker_id)
     return "abandoned"
+
+
+def run_requeue(*, run_id: int, worker_id: str, reason: str) -> None:
+    """Give a run held by this worker back to the queue; it continues from its checkpoint."""
+    with transaction.atomic():
+        run = store.locked_own_run(run_id, worker_id)
+        set_run_status(
+            run, RunStatus.QUEUED, action="run_requeued", reason=reason, worker=worker_id
+        )
+        run.worker_id = ""
+        run.lease_expires_at = None
+        run.save()
+        enqueue(run)
+        events.announce(run_id=run.pk)
 
 
 def _request_to_apply(run: Run) -> ApprovalRequest | None:
@@ -122,7 +150,7 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
     for call in request.calls.all():
         if call.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT):
             output, is_error = _run_executor(run, agent, call, message_index)
-            services.request_call_store_output(call_pk=call.pk, output=output, is_error=is_error)
+            store.request_call_store_output(call_pk=call.pk, output=output, is_error=is_error)
         else:
             output, is_error = call.output or "", call.is_error
         results.append(RelayResult(call.call_id, output, is_error))
@@ -131,7 +159,7 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
         if results
         else answer_declined(request.request_id, "no calls")
     )
-    services.request_store_answer(request_pk=request.pk, answer=answer)
+    store.request_store_answer(request_pk=request.pk, answer=answer)
     return answer
 
 
@@ -151,7 +179,7 @@ def _run_executor(
     args = call.edited_input if call.edited_input is not None else call.input
     if executor is None:
         return f"no executor is registered for {call.tool_name}", True
-    earlier = services.execution_begin(
+    earlier = journal.execution_begin(
         run_id=run.pk,
         message_index=message_index,
         call_id=call.call_id,
@@ -169,7 +197,7 @@ def _run_executor(
         )
     except Exception as exc:
         output, is_error = f"{call.tool_name} failed: {type(exc).__name__}: {exc}", True
-    services.execution_finish(
+    journal.execution_finish(
         run_id=run.pk,
         message_index=message_index,
         call_id=call.call_id,
@@ -206,7 +234,7 @@ def _journaled(tool: Tool, run_id: int) -> Tool:
         call_id, index = ctx.call_id, ctx.message_index
         if not call_id or index is None:
             return await _invoke(args, ctx)
-        earlier = await sync_to_async(services.execution_begin)(
+        earlier = await sync_to_async(journal.execution_begin)(
             run_id=run_id, message_index=index, call_id=call_id, tool_name=tool.name, input=args
         )
         if earlier is not None:
@@ -219,11 +247,11 @@ def _journaled(tool: Tool, run_id: int) -> Tool:
                 f"tool {tool.name} failed: {type(exc).__name__}: {exc}", is_error=True
             )
         if pending_of(result) is not None:  # it suspended: nothing ran, nothing to remember
-            await sync_to_async(services.execution_discard)(
+            await sync_to_async(journal.execution_discard)(
                 run_id=run_id, message_index=index, call_id=call_id
             )
         else:
-            await sync_to_async(services.execution_finish)(
+            await sync_to_async(journal.execution_finish)(
                 run_id=run_id,
                 message_index=index,
                 call_id=call_id,
@@ -261,7 +289,7 @@ async def _drive(
     applied = {"pk": request.pk if request is not None else None}
 
     async def checkpoint(info: dict[str, Any]) -> None:
-        await sync_to_async(services.run_checkpoint)(
+        await sync_to_async(store.run_checkpoint)(
             run_id=run.pk,
             worker_id=worker_id,
             messages=info["messages"],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from asgiref.sync import iscoroutinefunction
@@ -11,6 +10,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import resolve_url
 from django.utils.decorators import sync_and_async_middleware
+
+from ..live import publisher as broadcast
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -65,32 +66,11 @@ def signed_out_for_htmx(request: HttpRequest, response: HttpResponse) -> HttpRes
     return signed_out
 
 
-def strict_json_loads(raw: bytes | str):
-    """JSON as the API accepts it: no NUL characters in strings (PostgreSQL refuses them).
-    NaN and Infinity parse, and services refuse them naming the field."""
-    value = json.loads(raw)
-    if _has_nul(value):
-        raise ValueError("NUL characters are not allowed")
-    return value
-
-
-def _has_nul(value) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 @sync_and_async_middleware
 def requests_in_flight_middleware(get_response):
     """Count the HTTP requests this process is serving, so the broadcaster renders live
     fragments between them rather than competing with them for the interpreter, and send a
     request's light pushes once its view has returned."""
-    from . import broadcast
-
     if iscoroutinefunction(get_response):
 
         async def middleware(request: HttpRequest) -> HttpResponse:

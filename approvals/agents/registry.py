@@ -14,12 +14,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib import import_module
 from typing import Any
 
 from toolnexus import Client, Tool
 
-__all__ = ["Agent", "UnknownAgent", "all", "autodiscover", "get", "register", "unregister"]
+__all__ = ["Agent", "UnknownAgent", "all", "get", "register", "require", "unregister"]
 
 ToolsArg = Callable[[], Iterable[Tool]] | Iterable[Tool]
 
@@ -130,24 +129,3 @@ def require(name: str) -> Agent:
 
 def all() -> list[Agent]:
     return sorted(_registry.values(), key=lambda a: a.name)
-
-
-def autodiscover() -> None:
-    """Import every installed app's agents.py and the configured extra modules."""
-    from django.apps import apps
-    from django.conf import settings
-
-    if getattr(settings, "TOOLNEXUS_DEMO_AGENT", True) and "demo" not in _registry:
-        from .demo import register_demo_agent
-
-        register_demo_agent()
-    for config in apps.get_app_configs():
-        if config.name == __package__:
-            continue
-        try:
-            import_module(f"{config.name}.agents")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{config.name}.agents":
-                raise
-    for module in getattr(settings, "TOOLNEXUS_AGENT_MODULES", []):
-        import_module(module)

@@ -21,7 +21,11 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import close_old_connections
 from django.template.loader import render_to_string
-from django.utils.html import format_html
+
+from .. import events
+from ..models import ApprovalRequest, Run
+from ..presenters.cards import decision_toast, own_toast, request_card
+from ..presenters.pages import inbox_context, run_context_for
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +119,6 @@ def _full_batch(changes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]
 
 
 def _pending_count() -> int:
-    from .models import ApprovalRequest
-
     return ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count()
 
 
@@ -212,8 +214,6 @@ def _coalesce(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _request_row(request_pk: int):
-    from .models import ApprovalRequest
-
     return (
         ApprovalRequest.objects.filter(pk=request_pk)
         .select_related("run", "decided_by")
@@ -241,7 +241,7 @@ def _request_event(
         "created": created,
         # None in the light message: pages that show the card wait for the full one.
         "cards": cards,
-        "toast": _toast(row, tool_names),
+        "toast": decision_toast(row, tool_names),
         # Who decided, so that a page of theirs says "You declined: ..." (`own_toast`) where
         # everybody else reads "Already declined by ...".
         "decided_by": row.decided_by_id if row.state != "pending" else None,
@@ -274,8 +274,6 @@ def build_messages(
 ) -> list[tuple[str, dict[str, Any]]]:
     """The rendered fragments for one change, addressed to their groups (`pending_count`:
     the inbox's count if the caller has it already)."""
-    from .models import Run
-
     out: list[tuple[str, dict[str, Any]]] = []
     row = _request_row(request_pk) if request_pk is not None else None
     if row is not None:
@@ -330,34 +328,6 @@ async def _send_all(layer, messages) -> None:
         await layer.group_send(group, message)
 
 
-def _toast(row, tool_names: list[str]) -> str:
-    from .presenters import request_title
-
-    title = request_title(row, tool_names)[:120]
-    if row.state == "pending":
-        return format_html("New request from {}: {}", row.agent, title)
-    who = row.decided_by.get_username() if row.decided_by else "the system"
-    when = f"{row.decided_at:%H:%M:%S} UTC" if row.decided_at else "just now"
-    return format_html("Already {} by {} at {}: {}", row.state, who, when, title)
-
-
-def own_toast(row, tool_names: list[str]) -> str:
-    """A decision as its own decider reads it: "You declined: <reason> (...)"."""
-    from .presenters import request_title
-
-    title = request_title(row, tool_names)[:120]
-    if row.state == "declined":
-        return format_html("You declined: {} — {}", row.reason or "declined", title)
-    if row.state == "approved" and tool_names:
-        names = list(tool_names)
-        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        if len(names) > 1:
-            return format_html("You sent your decisions on {}", joined)
-        return format_html("You approved {}", joined)
-    verb = {"approved": "approved", "answered": "answered", "cancelled": "cancelled"}
-    return format_html("You {}: {}", verb.get(row.state, row.state), title)
-
-
 def notify_user(user_id: int, message: dict[str, Any]) -> None:
     """Send `message` to every live page of one user, now (sign-out, a change of access).
     Rare, so a direct send; a failure is logged and never breaks the request sending it."""
@@ -373,17 +343,13 @@ def notify_user(user_id: int, message: dict[str, Any]) -> None:
 
 
 def render_card(row, *, can_decide: bool) -> str:
-    from . import presenters
-
-    card = presenters.request_card(row, can_decide=can_decide)
+    card = request_card(row, can_decide=can_decide)
     return render_to_string(
         "approvals/inbox.html#request-card", {"card": card, "next_url": "/", **NO_REQUEST}
     )
 
 
 def render_run_body(run, *, can_decide: bool) -> str:
-    from .views import run_context_for
-
     return render_to_string(
         "approvals/run_detail.html#run-body",
         {**run_context_for(run, can_decide=can_decide), **NO_REQUEST},
@@ -392,9 +358,6 @@ def render_run_body(run, *, can_decide: bool) -> str:
 
 def render_run_bodies(run) -> dict[str, str]:
     """The run's body for deciders and for watchers, from one read of its rows."""
-    from . import presenters
-    from .views import run_context_for
-
     context = {**run_context_for(run, can_decide=True), **NO_REQUEST}
     bodies = {"decide": render_to_string("approvals/run_detail.html#run-body", context)}
     if run.is_finished and run.status != "failed":
@@ -404,17 +367,13 @@ def render_run_bodies(run) -> dict[str, str]:
     watcher = {
         **context,
         "can_decide": False,
-        "open_card": presenters.request_card(open_card.row, can_decide=False)
-        if open_card
-        else None,
+        "open_card": request_card(open_card.row, can_decide=False) if open_card else None,
     }
     bodies["view"] = render_to_string("approvals/run_detail.html#run-body", watcher)
     return bodies
 
 
 def render_request_list(user, filters: dict[str, str], page: int | str | None) -> str:
-    from .views import inbox_context
-
     return render_to_string(
         "approvals/inbox.html#request-list", {**inbox_context(user, filters, page), **NO_REQUEST}
     )
@@ -423,3 +382,12 @@ def render_request_list(user, filters: dict[str, str], page: int | str | None) -
 def as_oob(html: str, tag: str) -> str:
     """Mark a fragment's root element for an out-of-band swap by its id."""
     return html.replace(f"<{tag} ", f'<{tag} hx-swap-oob="true" ', 1)
+
+
+def _on_change(
+    sender, *, run_id: int, request_pk: int | None, created: bool, decided: Any, **signal: Any
+) -> None:
+    changed(run_id=run_id, request_pk=request_pk, created=created, decided=decided)
+
+
+events.changed.connect(_on_change, dispatch_uid="approvals.live.publisher")

@@ -1,11 +1,43 @@
-"""Default groups and the demo accounts `serve` prints."""
+"""Who may do what: the permission names, the check services make, the default groups, the
+demo accounts `serve` prints, and the one-query permission backend."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.db.models import Q
+
+from .domain.exceptions import NotAllowed
+
+VIEW_REQUESTS = "approvals.view_approvalrequest"
+VIEW_RUNS = "approvals.view_run"
+DECIDE_PERMISSION = "approvals.decide_request"
+START_PERMISSION = "approvals.add_run"
+
+
+def require(user: Any, permission: str, action: str) -> None:
+    if user is None or not user.is_authenticated or not user.has_perm(permission):
+        raise NotAllowed(f"you do not have permission to {action}")
+
+
+def can_decide(user: Any) -> bool:
+    return user.has_perm(DECIDE_PERMISSION)
+
+
+def permission_needed(perm: str) -> str:
+    """The sentence a 403 says: "You need the permission 'Can ...' (app.codename) ..."."""
+    app_label, _, codename = perm.partition(".")
+    name = (
+        Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+        .values_list("name", flat=True)
+        .first()
+    )
+    which = f"'{name}' ({perm})" if name else f"'{perm}'"
+    return f"You need the permission {which} to do this. Ask an administrator to grant it."
+
 
 REVIEWER_PERMISSIONS = [
     "decide_request",

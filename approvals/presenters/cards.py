@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import agents
-from .models import ApprovalRequest, RequestCall
-from .schema_forms import SchemaField, diff, fields_for
+from django.utils.html import format_html
+
+from .. import agents
+from ..domain.arguments import diff
+from ..models import ApprovalRequest, RequestCall
+from .fields import SchemaField, fields_for
 
 State = ApprovalRequest.State
 Decision = RequestCall.Decision
@@ -287,180 +290,27 @@ def request_card(
     return card
 
 
-# -- run timeline --------------------------------------------------------------------------
+def decision_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
+    """A change as everybody else reads it: "New request from ...", "Already declined by ..."."""
+    title = request_title(row, tool_names)[:120]
+    if row.state == "pending":
+        return format_html("New request from {}: {}", row.agent, title)
+    who = row.decided_by.get_username() if row.decided_by else "the system"
+    when = f"{row.decided_at:%H:%M:%S} UTC" if row.decided_at else "just now"
+    return format_html("Already {} by {} at {}: {}", row.state, who, when, title)
 
 
-@dataclass
-class TimelineEntry:
-    kind: str  # "system" | "user" | "assistant" | "tool_call" | "tool_result"
-    text: str = ""
-    name: str = ""
-    args: Any = None
-    call_id: str = ""
-    is_error: bool = False
-    decision: RequestCall | None = None
-    request: ApprovalRequest | None = None
-    outcome: Outcome | None = None
-    # The call's request is still open: the transcript holds the engine's placeholder.
-    waiting: bool = False
-    answers: list[tuple[str, str]] = field(default_factory=list)
+def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
+    """A decision as its own decider reads it: "You declined: <reason> (...)"."""
 
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
-
-
-def _question_answers(text: str, request: ApprovalRequest | None) -> list[tuple[str, str]]:
-    """A question's result is the answer's data as JSON: read it back as question/answer."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return []
-    questions = _questions(request.data) if request is not None else []
-    return answers_of(data, questions)
-
-
-def timeline(
-    messages: list[dict[str, Any]], requests: Sequence[ApprovalRequest] = ()
-) -> list[TimelineEntry]:
-    """The transcript as readable steps (OpenAI- or Anthropic-shaped), with each tool result
-    next to the human decision that produced it, and calls still waiting for one marked."""
-    entries: list[TimelineEntry] = []
-    names: dict[str, str] = {}
-    decided_calls: dict[str, RequestCall] = {}
-    waiting_calls: set[str] = set()
-    for r in requests:
-        for c in r.calls.all():
-            if r.state == State.PENDING:
-                waiting_calls.add(c.call_id)
-            else:
-                decided_calls[c.call_id] = c
-
-    def result(call_id: str, text: Any, is_error: bool) -> None:
-        decision = decided_calls.get(call_id)
-        request = decision.request if decision else None
-        entry = TimelineEntry(
-            "tool_result",
-            _content_text(text) if not isinstance(text, str) else text,
-            name=names.get(call_id, ""),
-            call_id=call_id,
-            is_error=is_error,
-            decision=decision,
-            request=request,
-            outcome=call_outcome(request, decision) if request is not None else None,
-            waiting=call_id in waiting_calls,
-        )
-        if entry.waiting:
-            entry.text, entry.is_error = WAITING_TEXT, False
-        elif request is not None and request.applied_at is None:
-            # Decided, but the worker has not carried it into the transcript yet: what is
-            # stored there is still the engine's placeholder.
-            entry.text, entry.is_error = "Decided: the run resumes with this decision.", False
-        elif entry.name == "question" and not is_error:
-            entry.answers = _question_answers(entry.text, request)
-        entries.append(entry)
-
-    for m in messages:
-        role = m.get("role") if isinstance(m, dict) else None
-        content = m.get("content") if role else None
-        if role == "system":
-            entries.append(TimelineEntry("system", _content_text(content)))
-        elif (
-            role == "user"
-            and isinstance(content, list)
-            and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-        ):
-            for b in content:
-                if isinstance(b, dict) and b.get("type") == "tool_result":
-                    result(
-                        str(b.get("tool_use_id", "")),
-                        b.get("content", ""),
-                        b.get("is_error") is True,
-                    )
-        elif role == "user":
-            entries.append(TimelineEntry("user", _content_text(content)))
-        elif role == "assistant":
-            text = _content_text(content)
-            if text:
-                entries.append(TimelineEntry("assistant", text))
-            for tc in m.get("tool_calls") or []:
-                fn = tc.get("function") or {}
-                names[tc.get("id", "")] = fn.get("name", "")
-                entries.append(
-                    TimelineEntry(
-                        "tool_call",
-                        name=fn.get("name", ""),
-                        args=_parse_args(fn.get("arguments")),
-                        call_id=tc.get("id", ""),
-                    )
-                )
-            for b in content if isinstance(content, list) else []:
-                if isinstance(b, dict) and b.get("type") == "tool_use":
-                    names[b.get("id", "")] = b.get("name", "")
-                    entries.append(
-                        TimelineEntry(
-                            "tool_call",
-                            name=b.get("name", ""),
-                            args=b.get("input"),
-                            call_id=b.get("id", ""),
-                        )
-                    )
-        elif role == "tool":
-            result(str(m.get("tool_call_id", "")), content, False)
-    return entries
-
-
-def _parse_args(raw: Any) -> Any:
-    import json
-
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw else {}
-        except ValueError:
-            return raw
-    return raw
-
-
-# -- a request's history ---------------------------------------------------------------------
-
-HISTORY_LABELS = {
-    "run_halted": "The run halted on this request",
-    "request_created": "Request created",
-    "request_approved": "Approved",
-    "request_answered": "Answered",
-    "request_declined": "Declined",
-    "request_expired": "Expired",
-    "request_cancelled": "Cancelled",
-    "run_resumed": "The run was queued to resume with the decision",
-    "run_cancelled": "The run was cancelled",
-}
-
-
-@dataclass
-class HistoryEntry:
-    at: datetime
-    label: str
-    actor: str
-    reason: str = ""
-
-
-def history(events: Sequence[Any], outcome: Outcome | None = None) -> list[HistoryEntry]:
-    """Audit events of one request as lines a reviewer reads; the decision's own line says
-    what the record says of it ("Approved with edits", "Decided per call")."""
-    out = []
-    for e in events:
-        label = HISTORY_LABELS.get(e.action, e.action.replace("_", " ").capitalize())
-        if outcome is not None and e.action == f"request_{e.to_state}" and e.from_state:
-            label = outcome.verb
-        actor = e.actor.get_username() if e.actor_id and e.actor else ""
-        reason = ""
-        if e.action in ("request_declined", "request_cancelled", "run_cancelled"):
-            reason = str((e.detail or {}).get("reason") or "")
-        out.append(HistoryEntry(e.created_at, label, actor, reason))
-    return out
+    title = request_title(row, tool_names)[:120]
+    if row.state == "declined":
+        return format_html("You declined: {} — {}", row.reason or "declined", title)
+    if row.state == "approved" and tool_names:
+        names = list(tool_names)
+        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        if len(names) > 1:
+            return format_html("You sent your decisions on {}", joined)
+        return format_html("You approved {}", joined)
+    verb = {"approved": "approved", "answered": "answered", "cancelled": "cancelled"}
+    return format_html("You {}: {}", verb.get(row.state, row.state), title)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .middleware import strict_json_loads
+from ..domain.jsonvalues import strict_json_loads
 
 
 @dataclass
@@ -124,20 +124,6 @@ def values_from(schema: dict[str, Any] | None, post: Any) -> tuple[dict[str, Any
                 f"{name}: not a valid {'number' if widget in ('integer', 'number') else 'JSON value'}"
             )
     return out, problems
-
-
-def diff(original: dict[str, Any], edited: dict[str, Any]) -> list[dict[str, Any]]:
-    """Changed keys, for the confirmation step: what the reviewer is about to approve."""
-    rows = []
-    for key in list(original) + [k for k in edited if k not in original]:
-        before, after = original.get(key), edited.get(key)
-        if key not in edited:
-            rows.append({"key": key, "before": before, "after": None, "change": "removed"})
-        elif key not in original:
-            rows.append({"key": key, "before": None, "after": after, "change": "added"})
-        elif before != after:
-            rows.append({"key": key, "before": before, "after": after, "change": "changed"})
-    return rows
 
 
 def fields_from_post(

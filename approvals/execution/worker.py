@@ -18,19 +18,14 @@ from django_tasks.signals import task_enqueued
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction
 
-from . import services
+from . import recovery, store
+from .identity import set_current_worker_id
 
 log = logging.getLogger(__name__)
 
 # Set when a task is enqueued in this process (after commit), so an in-process worker starts
 # it at once instead of at its next poll.
 wake = threading.Event()
-_current = threading.local()
-
-
-def current_worker_id() -> str:
-    """The id of the worker running the current task (runs are held under it)."""
-    return getattr(_current, "worker_id", "adhoc")
 
 
 # On PostgreSQL an enqueue also wakes the workers of OTHER processes: NOTIFY on this channel
@@ -100,7 +95,7 @@ class Worker:
             raise
 
     def run_task(self, row: DBTaskResult) -> None:
-        _current.worker_id = self.worker_id
+        set_current_worker_id(self.worker_id)
         try:
             result = row.task_result
             value = row.task.call(*result.args, **result.kwargs)
@@ -125,8 +120,8 @@ class Worker:
         return done
 
     def maintenance(self) -> None:
-        expired = services.requests_expire_overdue()
-        recovered = services.runs_recover_stale()
+        expired = recovery.requests_expire_overdue()
+        recovered = recovery.runs_recover_stale()
         day_ago = timezone.now() - timedelta(days=1)
         pruned, _ = DBTaskResult.objects.finished().filter(finished_at__lt=day_ago).delete()
         # A task whose worker was killed stays "running" forever; its run was taken over
@@ -155,7 +150,7 @@ class Worker:
         lease = settings.TOOLNEXUS_RUN_LEASE_SECONDS
         while not self.stop.wait(max(1.0, lease / 3)):
             try:
-                services.runs_renew_leases(worker_prefix=f"{self.worker_id}:")
+                store.runs_renew_leases(worker_prefix=f"{self.worker_id}:")
             except Exception:
                 log.exception("worker %s could not renew its leases", self.worker_id)
             finally:

@@ -27,6 +27,8 @@ from toolnexus.approval import approval_required
 from toolnexus.builtins import create_builtin_tools
 from toolnexus.relay import relay_tool
 
+from .registry import register
+
 REFUND_SCHEMA = {
     "type": "object",
     "properties": {
@@ -179,9 +181,7 @@ def demo_generate(request: InProcessRequest) -> InProcessResponse:
 
 
 def register_demo_agent() -> None:
-    from . import agents
-
-    agents.register(
+    register(
         "demo",
         model=lambda: create_in_process_client(generate=demo_generate, model="demo-in-process"),
         tools=demo_tools,

@@ -1,0 +1,28 @@
+"""Where agents come from: the demo, every installed app's agents.py, and the modules named
+in settings.TOOLNEXUS_AGENT_MODULES (imported once, at start-up)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from django.apps import apps
+from django.conf import settings
+
+from .demo import register_demo_agent
+from .registry import get
+
+
+def autodiscover() -> None:
+    """Import every installed app's agents.py and the configured extra modules."""
+    if getattr(settings, "TOOLNEXUS_DEMO_AGENT", True) and get("demo") is None:
+        register_demo_agent()
+    for config in apps.get_app_configs():
+        if config.name == "approvals":
+            continue
+        try:
+            import_module(f"{config.name}.agents")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{config.name}.agents":
+                raise
+    for module in getattr(settings, "TOOLNEXUS_AGENT_MODULES", []):
+        import_module(module)

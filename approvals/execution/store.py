@@ -1,0 +1,175 @@
+"""What a worker writes while it drives a run: its claim and lease, checkpoints, the outcome,
+and the results of the calls it executed for a decided request."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from toolnexus import Answer, RunResult
+
+from .. import events
+from ..domain.exceptions import LeaseLost
+from ..domain.records import append_event, create_request, set_run_status
+from ..models import ApprovalRequest, RequestCall, Run
+
+log = logging.getLogger(__name__)
+
+RunStatus = Run.Status
+
+
+def run_claim(*, run_id: int, worker_id: str) -> Run | None:
+    """Take a queued run (or one whose worker's lease lapsed) for this worker, or None."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        lapsed = (
+            run.status == RunStatus.RUNNING
+            and run.lease_expires_at is not None
+            and run.lease_expires_at < now
+        )
+        if run.status == RunStatus.QUEUED:
+            set_run_status(run, RunStatus.RUNNING, action="run_claimed", worker=worker_id)
+        elif lapsed:
+            append_event(
+                run,
+                "run_taken_over",
+                from_state=run.status,
+                to_state=run.status,
+                worker=worker_id,
+                previous=run.worker_id,
+            )
+        else:
+            return None
+        run.worker_id = worker_id
+        run.lease_expires_at = now + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
+        run.attempts += 1
+        run.error = ""
+        run.save()
+        events.announce(run_id=run.pk)
+    return run
+
+
+def locked_own_run(run_id: int, worker_id: str, *, only: tuple[str, ...] = ()) -> Run:
+    runs = Run.objects.select_for_update()
+    run = (runs.only("id", "status", "worker_id", *only) if only else runs).get(pk=run_id)
+    if run.status != RunStatus.RUNNING or run.worker_id != worker_id:
+        raise LeaseLost(
+            f"run {run_id} is no longer held by worker {worker_id} (status {run.status})"
+        )
+    return run
+
+
+def run_checkpoint(
+    *,
+    run_id: int,
+    worker_id: str,
+    messages: list[dict[str, Any]],
+    applied_request_pk: int | None = None,
+) -> None:
+    """Store the transcript after a step and renew the worker's lease."""
+    with transaction.atomic():
+        # The transcript is about to be replaced: no need to read the stored one.
+        run = locked_own_run(run_id, worker_id, only=("lease_expires_at", "updated_at"))
+        run.messages = messages
+        run.lease_expires_at = timezone.now() + timedelta(
+            seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS
+        )
+        run.save(update_fields=["messages", "lease_expires_at", "updated_at"])
+        if applied_request_pk is not None:
+            ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
+                applied_at=timezone.now()
+            )
+
+
+def run_store_result(
+    *, run_id: int, worker_id: str, result: RunResult, applied_request_pk: int | None = None
+) -> Run:
+    """Store what an execution ended with: done, incomplete, or halted on a new request."""
+    with transaction.atomic():
+        run = locked_own_run(run_id, worker_id)
+        run.messages = result.messages
+        run.turns += result.turns
+        run.usage = {k: run.usage.get(k, 0) + v for k, v in result.usage.items()}
+        run.text = result.text if result.status != "pending" else run.text
+        run.worker_id = ""
+        run.lease_expires_at = None
+        if applied_request_pk is not None:
+            ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
+                applied_at=timezone.now()
+            )
+        request_pk = None
+        if result.status == "pending" and result.pending is not None:
+            row = create_request(run, result.pending)
+            request_pk = row.pk
+            set_run_status(
+                run,
+                RunStatus.PENDING,
+                action="run_halted",
+                request_id=row.request_id,
+                kind=row.kind,
+            )
+            append_event(run, "request_created", request=row, to_state=row.state, prompt=row.prompt)
+        elif result.status == "incomplete":
+            set_run_status(run, RunStatus.INCOMPLETE, action="run_incomplete", limit=result.limit)
+            run.finished_at = timezone.now()
+        else:
+            set_run_status(run, RunStatus.DONE, action="run_done", text=result.text[:500])
+            run.finished_at = timezone.now()
+        run.save()
+        events.announce(run_id=run.pk, request_pk=request_pk, created=request_pk is not None)
+    return run
+
+
+def run_fail(*, run_id: int, worker_id: str, error: str) -> None:
+    with transaction.atomic():
+        try:
+            run = locked_own_run(run_id, worker_id)
+        except LeaseLost:
+            log.warning("run %s failed in a worker that no longer holds it: %s", run_id, error)
+            return
+        run.error = error[:5000]
+        run.worker_id = ""
+        run.lease_expires_at = None
+        set_run_status(run, RunStatus.FAILED, action="run_failed", error=error[:500])
+        run.finished_at = timezone.now()
+        run.save()
+        events.announce(run_id=run.pk)
+
+
+_forgotten: set[str] = set()
+
+
+def forget_run(worker_id: str) -> None:
+    """Stop renewing one execution's lease (its worker could not write the outcome)."""
+    _forgotten.add(worker_id)
+
+
+def runs_renew_leases(*, worker_prefix: str) -> int:
+    """Extend the leases of the runs held by one worker process (its heartbeat)."""
+    until = timezone.now() + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
+    return (
+        Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix)
+        .exclude(worker_id__in=_forgotten)
+        .update(lease_expires_at=until)
+    )
+
+
+def request_store_answer(*, request_pk: int, answer: Answer) -> None:
+    """The worker built a relay answer from executor results: keep it with the decision."""
+    with transaction.atomic():
+        row = ApprovalRequest.objects.select_for_update().get(pk=request_pk)
+        if row.answer is None:
+            row.answer = answer.to_dict()
+            row.save(update_fields=["answer"])
+
+
+def request_call_store_output(*, call_pk: int, output: str, is_error: bool) -> None:
+    RequestCall.objects.filter(pk=call_pk).update(output=output, is_error=is_error)

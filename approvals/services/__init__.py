@@ -1,0 +1,35 @@
+"""Every write people make: runs (start, retry, cancel), decisions on requests, API tokens.
+Pages, the API, the admin and commands call these; each checks permission, validates, and
+changes state in one transaction."""
+
+from ..domain.arguments import MAX_OUTPUT_CHARS, MAX_REASON_CHARS, input_problems
+from ..domain.exceptions import InvalidInput, NotAllowed, ServiceError
+from .requests import (
+    request_answer,
+    request_approve,
+    request_decline,
+    request_expire,
+    tool_schema,
+)
+from .runs import MAX_PROMPT_CHARS, run_cancel, run_retry, run_start
+from .tokens import api_token_authenticate, api_token_create
+
+__all__ = [
+    "MAX_OUTPUT_CHARS",
+    "MAX_PROMPT_CHARS",
+    "MAX_REASON_CHARS",
+    "InvalidInput",
+    "NotAllowed",
+    "ServiceError",
+    "api_token_authenticate",
+    "api_token_create",
+    "input_problems",
+    "request_answer",
+    "request_approve",
+    "request_decline",
+    "request_expire",
+    "run_cancel",
+    "run_retry",
+    "run_start",
+    "tool_schema",
+]

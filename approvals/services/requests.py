@@ -1,0 +1,322 @@
+"""Decisions on requests, as reviewers and hosts make them: approve (as shown, edited, with
+typed results, per call), answer with an `Answer`, decline. Each runs in one transaction with
+the request row locked, records every call's decision, appends the audit trail and queues the
+run's resume in the SAME transaction (the task queue lives in the same database), so a
+decision and the resume it causes commit together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+
+from toolnexus import Answer
+from toolnexus.relay import RelayResult, answer_declined, decline_text, relay_answer
+
+from .. import agents
+from ..domain.arguments import (
+    clean_output,
+    clean_reason,
+    non_finite,
+    validated_input,
+)
+from ..domain.exceptions import InvalidInput
+from ..domain.records import lock_request, record_decision
+from ..execution import recovery
+from ..execution.runner import enqueue
+from ..models import ApprovalRequest, RequestCall
+from ..permissions import DECIDE_PERMISSION, require
+
+State = ApprovalRequest.State
+Decision = RequestCall.Decision
+
+
+def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason: str) -> None:
+    """Record the decision and queue the run's resume in the same transaction."""
+    run = record_decision(row, user, new_state, answer, reason)
+    if run is not None:
+        enqueue(run)
+
+
+def request_expire(*, request_id: str, user: Any) -> ApprovalRequest:
+    """Expire a request by hand (the admin action): declined with reason "expired"."""
+    require(user, DECIDE_PERMISSION, "expire requests")
+    return recovery.request_expire(request_id=request_id, user=user)
+
+
+def tool_schema(agent_name: str, tool_name: str) -> dict[str, Any] | None:
+    agent = agents.get(agent_name)
+    return agent.tool_schema(tool_name) if agent is not None else None
+
+
+def request_approve(
+    *,
+    request_id: str,
+    user: Any,
+    input: Any = None,
+    output: Any = None,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ApprovalRequest:
+    """Approve a request: as shown, with edited input, or with a typed output.
+
+    A relay request carrying several calls is decided per call with `calls`:
+    `{call_id: {"decision": "approve"|"output"|"decline", "input": ..., "output": ..., "reason": ...}}`;
+    calls left out are approved as they are.
+    """
+    require(user, DECIDE_PERMISSION, "decide requests")
+    with transaction.atomic():
+        row = lock_request(request_id)
+        if row.is_relay:
+            new_state, answer = _decide_relay_calls(row, input=input, output=output, calls=calls)
+            reason = ""
+        else:
+            if calls:
+                raise InvalidInput(
+                    "calls: only a relay request (kind tool_call) is decided per call"
+                )
+            new_state, answer = _decide_single(row, input=input, output=output)
+            reason = ""
+        _decide(row, user, new_state, answer, reason)
+    return row
+
+
+def _decide_single(row: ApprovalRequest, *, input: Any, output: Any) -> tuple[str, Answer]:
+    if input is not None and output is not None:
+        raise InvalidInput("give either input or output, not both")
+    data: dict[str, Any] | None = None
+    if row.kind == "approval":
+        if output is not None:
+            raise InvalidInput("output: an approval runs the tool; edit its input instead")
+        original = (row.data or {}).get("input")
+        if input is not None and input != original:
+            tool = (row.data or {}).get("tool", "")
+            data = {"input": validated_input(input, tool_schema(row.agent, tool), "input")}
+            RequestCall.objects.filter(request=row).update(
+                decision=Decision.EDIT, edited_input=data["input"]
+            )
+        else:  # as shown (arguments "edited" to what they were are a plain approval)
+            RequestCall.objects.filter(request=row).update(decision=Decision.APPROVE)
+        return State.APPROVED, Answer(id=row.request_id, ok=True, data=data)
+    if input is not None:
+        data = validated_input(input, (row.data or {}).get("schema"), "input")
+    elif output is not None:
+        text = clean_output(output)
+        if not text.strip():
+            raise InvalidInput("output: type the answer; an empty answer is not sent")
+        data = {"output": text}
+    return (State.ANSWERED if data else State.APPROVED), Answer(
+        id=row.request_id, ok=True, data=data
+    )
+
+
+def _decide_relay_calls(
+    row: ApprovalRequest,
+    *,
+    input: Any,
+    output: Any,
+    calls: Mapping[str, Mapping[str, Any]] | None,
+    fields: Mapping[str, str] | None = None,
+) -> tuple[str, Answer | None]:
+    """Record a decision on every call of a relay request and work out the answer.
+
+    `fields` names each call's place in the caller's input for error messages (the API's
+    `calls.<id>`, an Answer's `data.results[i]`); without it, `calls.<id>`.
+    """
+    call_rows = list(row.calls.select_for_update().order_by("position"))
+    if not call_rows:
+        raise InvalidInput("this relay request carries no calls")
+    if calls is not None and not isinstance(calls, Mapping):
+        raise InvalidInput("calls: must be an object keyed by call id")
+    if input is not None and output is not None:
+        raise InvalidInput("give either input or output, not both")
+    if (input is not None or output is not None) and len(call_rows) > 1:
+        raise InvalidInput(
+            f"this request carries {len(call_rows)} calls: decide each one with calls"
+        )
+    if calls:
+        unknown = sorted(set(calls) - {c.call_id for c in call_rows})
+        if unknown:
+            raise InvalidInput(f"calls: unknown call id(s) {', '.join(unknown)}")
+    agent = agents.get(row.agent)
+    shorthand = len(call_rows) == 1 and not calls
+    for call in call_rows:
+        spec = dict((calls or {}).get(call.call_id) or {})
+        if shorthand:  # top-level input/output decide the only call
+            spec = {"input": input, "output": output}
+        decision = spec.get("decision") or (
+            "output" if spec.get("output") is not None else "approve"
+        )
+        field = "" if shorthand else (fields or {}).get(call.call_id, f"calls.{call.call_id}")
+        prefix = f"{field}." if field else ""
+        has_executor = agent is not None and agent.executor_for(call.tool_name) is not None
+        if decision == Decision.DECLINE:
+            call.decision, call.reason = Decision.DECLINE, clean_reason(spec.get("reason"))
+            call.output, call.is_error = decline_text(call.tool_name, call.reason), True
+        elif decision == Decision.OUTPUT or spec.get("output") is not None:
+            raw = spec.get("output")
+            text = clean_output("" if raw is None else raw, f"{prefix}output")
+            if has_executor and not agent.allow_typed_output:
+                raise InvalidInput(
+                    f"{prefix}output: {call.tool_name} runs on the host once approved; approve"
+                    " or decline it (agent "
+                    f"{row.agent!r} does not take a typed result instead of running it)"
+                )
+            if not text.strip():
+                raise InvalidInput(
+                    f"{prefix}output: type the result for {call.tool_name}; an empty result"
+                    " is not sent"
+                )
+            call.decision, call.output = Decision.OUTPUT, text
+            call.is_error = spec.get("is_error") is True
+        elif decision == Decision.APPROVE:
+            if not has_executor:
+                raise InvalidInput(
+                    f"{prefix}output: {call.tool_name} has no executor here; type its result"
+                    " or decline it"
+                )
+            if spec.get("input") is not None:
+                schema = agent.tool_schema(call.tool_name)
+                call.edited_input = validated_input(spec["input"], schema, f"{prefix}input")
+                call.decision = (
+                    Decision.EDIT if call.edited_input != call.input else Decision.APPROVE
+                )
+                if call.decision == Decision.APPROVE:
+                    call.edited_input = None  # "edited" to the same arguments: a plain approval
+            else:
+                call.decision = Decision.APPROVE
+        else:
+            raise InvalidInput(f"{prefix}decision: must be approve, output or decline")
+        call.save()
+    if all(c.decision == Decision.DECLINE for c in call_rows):
+        reasons = sorted({c.reason for c in call_rows})
+        return State.DECLINED, answer_declined(
+            row.request_id, reasons[0] if len(reasons) == 1 else "; ".join(reasons)
+        )
+    if any(c.decision in (Decision.APPROVE, Decision.EDIT) for c in call_rows):
+        return State.APPROVED, None  # the worker runs the executors, then builds the answer
+    return State.ANSWERED, relay_answer(
+        row.request_id, [RelayResult(c.call_id, c.output or "", c.is_error) for c in call_rows]
+    )
+
+
+def _relay_calls_from_answer(
+    row: ApprovalRequest, data: Mapping[str, Any]
+) -> tuple[dict[str, dict[str, Any]] | None, dict[str, str], Any]:
+    """An ok Answer for a relay request as per-call decisions: `data.results` by call id, or
+    the one-call shorthand `data.output` / `data.isError`. Returns (calls, field names,
+    shorthand output)."""
+    extra = sorted(set(data) - {"results", "output", "isError"})
+    if extra:
+        raise InvalidInput(
+            f"data: unexpected key(s) {', '.join(extra)}; a relay answer carries results"
+            " (or output and isError for one call)"
+        )
+    if "results" in data:
+        if "output" in data:
+            raise InvalidInput("data: give results or output, not both")
+        results = data["results"]
+        if not isinstance(results, list):
+            raise InvalidInput("data.results: must be a list of {id, output, isError}")
+        calls: dict[str, dict[str, Any]] = {}
+        fields: dict[str, str] = {}
+        for i, entry in enumerate(results):
+            where = f"data.results[{i}]"
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("id"), str):
+                raise InvalidInput(f"{where}.id: must be the call id, a string")
+            if entry["id"] in calls:
+                raise InvalidInput(f"{where}.id: call {entry['id']} has two results")
+            if not isinstance(entry.get("output"), str):
+                raise InvalidInput(f"{where}.output: must be a string")
+            if "isError" in entry and not isinstance(entry["isError"], bool):
+                raise InvalidInput(f"{where}.isError: must be true or false")
+            calls[entry["id"]] = {
+                "decision": Decision.OUTPUT,
+                "output": entry["output"],
+                "is_error": entry.get("isError") is True,
+            }
+            fields[entry["id"]] = where
+        known = {c.call_id for c in row.calls.all()}
+        unknown = sorted(set(calls) - known)
+        if unknown:
+            raise InvalidInput(f"data.results: unknown call id(s) {', '.join(unknown)}")
+        for call_id in known - set(calls):
+            fields[call_id] = f"data.results (call {call_id})"
+        return calls, fields, None
+    if "isError" in data and not isinstance(data["isError"], bool):
+        raise InvalidInput("data.isError: must be true or false")
+    if "output" in data and not isinstance(data["output"], str):
+        raise InvalidInput("data.output: must be a string")
+    return None, {}, data.get("output")
+
+
+def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalRequest:
+    """Decide with an `Answer` in wire shape, as a host would give the engine.
+
+    The answer is recorded per call exactly like the same decision made with approve or
+    decline: typed results, edited input, a decline. It is never stored as an override the
+    record does not show.
+    """
+    require(user, DECIDE_PERMISSION, "decide requests")
+    try:
+        parsed = answer if isinstance(answer, Answer) else Answer.from_dict(answer)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if bad := non_finite(parsed.data, "data"):
+        raise InvalidInput(f"{bad}: must be a finite number (no NaN or Infinity)")
+    if parsed.id != request_id:
+        raise InvalidInput(
+            f"id: the answer's id {parsed.id!r} does not echo the request id {request_id!r}"
+        )
+    if not parsed.ok:
+        return request_decline(request_id=request_id, user=user, reason=parsed.reason)
+    data = parsed.data or {}
+    with transaction.atomic():
+        row = lock_request(request_id)
+        if row.is_relay:
+            calls, fields, output = _relay_calls_from_answer(row, data)
+            if output is not None:  # the one-call shorthand
+                call_ids = [c.call_id for c in row.calls.all()]
+                if len(call_ids) != 1:
+                    raise InvalidInput(
+                        f"data.output: this request carries {len(call_ids)} calls; give"
+                        " data.results with one result per call id"
+                    )
+                calls = {
+                    call_ids[0]: {
+                        "decision": Decision.OUTPUT,
+                        "output": output,
+                        "is_error": data.get("isError") is True,
+                    }
+                }
+                fields = {call_ids[0]: "data"}
+            new_state, decided = _decide_relay_calls(
+                row, input=None, output=None, calls=calls, fields=fields
+            )
+        elif row.kind == "approval":
+            extra = sorted(set(data) - {"input"})
+            if extra:
+                raise InvalidInput(
+                    f"data: unexpected key(s) {', '.join(extra)}; an approval answer carries"
+                    " only input (the edited arguments)"
+                )
+            new_state, decided = _decide_single(row, input=data.get("input"), output=None)
+        else:
+            new_state, decided = _decide_single(row, input=data or None, output=None)
+        _decide(row, user, new_state, decided, "")
+    return row
+
+
+def request_decline(*, request_id: str, user: Any, reason: Any = "") -> ApprovalRequest:
+    """Refuse a request; the reason (default "declined") reaches the model."""
+    require(user, DECIDE_PERMISSION, "decide requests")
+    reason = clean_reason(reason)
+    with transaction.atomic():
+        row = lock_request(request_id)
+        for call in row.calls.select_for_update():
+            call.decision, call.reason = Decision.DECLINE, reason
+            call.output, call.is_error = decline_text(call.tool_name, reason), True
+            call.save(update_fields=["decision", "reason", "output", "is_error"])
+        _decide(row, user, State.DECLINED, answer_declined(row.request_id, reason), reason)
+    return row

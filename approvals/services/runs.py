@@ -1,0 +1,94 @@
+"""Runs as people start, retry and cancel them (permission checked here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from toolnexus.relay import answer_declined
+
+from .. import agents, events
+from ..domain.exceptions import InvalidInput, InvalidTransition
+from ..domain.records import append_event, record_decision, set_run_status
+from ..execution.runner import enqueue
+from ..models import ApprovalRequest, Run
+from ..permissions import DECIDE_PERMISSION, START_PERMISSION, require
+
+RunStatus = Run.Status
+State = ApprovalRequest.State
+
+MAX_PROMPT_CHARS = 20_000
+
+
+def run_start(
+    *, agent: str, prompt: str, started_by: Any = None, check_permission: bool = True
+) -> Run:
+    if check_permission:
+        require(started_by, START_PERMISSION, "start runs")
+    registered = agents.get(agent) if isinstance(agent, str) else None
+    if registered is None:
+        raise InvalidInput(f"agent: no agent named {agent!r} is registered")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidInput("prompt: must be a non-empty string")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InvalidInput(f"prompt: must be at most {MAX_PROMPT_CHARS} characters")
+    with transaction.atomic():
+        run = Run.objects.create(
+            agent=registered.name,
+            prompt=prompt,
+            system_prompt=registered.system_prompt,
+            started_by=started_by if getattr(started_by, "is_authenticated", False) else None,
+        )
+        append_event(run, "run_started", actor=started_by, to_state=run.status, agent=run.agent)
+        enqueue(run)
+        events.announce(run_id=run.pk)
+    return run
+
+
+def run_retry(*, run_id: int, user: Any) -> Run:
+    """Queue a failed run again; it resumes from its stored transcript and decisions."""
+    require(user, START_PERMISSION, "retry runs")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status != RunStatus.FAILED:
+            # Only a failure is retried: a pending run waits for a person, not a worker.
+            raise InvalidTransition(
+                f"run {run.pk} is {run.status}: only a failed run can be retried"
+            )
+        set_run_status(
+            run, RunStatus.QUEUED, actor=user, action="run_retried", previous_error=run.error[:500]
+        )
+        run.error = ""
+        run.finished_at = None
+        run.save()
+        enqueue(run)
+        events.announce(run_id=run.pk)
+    return run
+
+
+def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
+    """Stop a run for good; its open request (if any) is cancelled with it."""
+    require(user, DECIDE_PERMISSION, "cancel runs")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        open_request = (
+            ApprovalRequest.objects.select_for_update().filter(run=run, state=State.PENDING).first()
+        )
+        if open_request is not None:
+            record_decision(
+                open_request,
+                user,
+                State.CANCELLED,
+                answer_declined(open_request.request_id, "cancelled"),
+                reason or "cancelled",
+                resume=False,
+            )
+        set_run_status(run, RunStatus.CANCELLED, actor=user, action="run_cancelled", reason=reason)
+        run.worker_id = ""
+        run.lease_expires_at = None
+        run.finished_at = timezone.now()
+        run.save()
+        events.announce(run_id=run.pk, request_pk=open_request.pk if open_request else None)
+    return run
