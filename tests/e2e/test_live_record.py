@@ -130,12 +130,22 @@ def focused_request_id(page: Page) -> str | None:
     )
 
 
+def wait_js(page: Page, predicate: str, arg=None) -> None:
+    """Poll a JavaScript predicate (a function) until it holds. Not `wait_for_function`:
+    Playwright evaluates its predicate with eval, which the pages' CSP (no unsafe-eval)
+    blocks; `evaluate` runs the function through the debugger protocol instead."""
+    deadline = time.monotonic() + WAIT
+    while not page.evaluate(predicate, arg):
+        assert time.monotonic() < deadline, f"never held: {predicate}"
+        page.wait_for_timeout(50)
+
+
 def wait_logged(page: Page, fragment: str) -> None:
     """Wait until the page's socket delivered (or queued) a message containing `fragment`."""
-    page.wait_for_function(
+    wait_js(
+        page,
         "f => window.__ws.log.concat(window.__ws.queue.map(d => d.data)).some(m => m.includes(f))",
-        arg=fragment,
-        timeout=WAIT * 1000,
+        fragment,
     )
 
 
@@ -208,7 +218,7 @@ def test_deciding_the_last_card_moves_focus_to_the_list(app, api, contexts):
     context = contexts()
     page = login(context, app, "reviewer", hold=True)
     open_inbox(page, app)
-    page.wait_for_function("window.__ws.queue.length >= 1")  # the snapshot
+    wait_js(page, "() => window.__ws.queue.length >= 1")  # the snapshot
     page.evaluate("window.__ws.release()")
     # only the new card will be on this page
     page.evaluate(
@@ -233,7 +243,7 @@ def test_the_snapshot_on_connect_keeps_what_the_reviewer_typed(app, api, context
     _, request_id = halted_run(api, f"Refund order A-3101, $15 (snapshot {tag()})")
     page = login(contexts(), app, "reviewer", hold=True)
     open_inbox(page, app)
-    page.wait_for_function("window.__ws.queue.length >= 1")  # the snapshot, held
+    wait_js(page, "() => window.__ws.queue.length >= 1")  # the snapshot, held
     card = card_of(page, request_id)
     reason = f"typed before the snapshot {tag()}"
     reason_box(card).fill(reason)
@@ -259,7 +269,7 @@ def test_the_run_pages_snapshot_keeps_what_the_reviewer_typed(app, api, contexts
     page = login(contexts(), app, "reviewer", hold=True)
     page.goto(app.url(f"/runs/{run_id}/"))
     expect(page.locator("#live[data-ws-open]")).to_have_count(1)
-    page.wait_for_function("window.__ws.queue.length >= 1")  # the run body, held
+    wait_js(page, "() => window.__ws.queue.length >= 1")  # the run body, held
     card = card_of(page, request_id)
     reason = f"typed on the run page {tag()}"
     reason_box(card).fill(reason)
