@@ -1,0 +1,1513 @@
+"""The decision path at the floor: toolnexus-web against LangGraph + PostgresSaver.
+
+The same workload on both systems, in one run, against one PostgreSQL (127.0.0.1:5432, user
+postgres, trust auth), each system on a database of its own (`bench_lg_<hex>`,
+`bench_tw_<hex>`, created here and dropped at exit; the tests' `test` database is never
+touched):
+
+* LangGraph (installed into a bench-only venv, `bench/.venvs/langgraph-1.2`, never a
+  dependency of the project): a StateGraph `model -> tools -> model` whose tool node calls
+  `interrupt()` for the approval; started with `graph.invoke(input, config)` until it returns
+  `__interrupt__`, resumed with `graph.invoke(Command(resume=...), config)` to the end, with
+  `PostgresSaver.from_conn_string(...)` and LangGraph's default durability.
+* toolnexus-web (this repo): `services.run_start(...)` then the worker loop
+  (`approvals.worker.Worker.run_forever`, the loop `db_worker` runs) takes the run to its
+  pending request; `services.request_approve(...)` / `services.request_decline(...)` then the
+  worker loop resumes it to `done`.
+
+Both use the same in-process fake model (`fake_model` below): the first turn asks for one
+`refund {order, amount}` call, the turn after the tool result replies with a text that reads
+it (an approval's executor output, or the reviewer's decline reason).
+
+    python bench/vs_langgraph.py                  # N=500, 3 rounds
+    python bench/vs_langgraph.py --quick          # N=50, 1 round: a smoke check
+    python bench/vs_langgraph.py --runs 200 --rounds 5 --no-pool
+
+Every phase of every round runs in fresh processes (this script with a hidden `--child`
+flag), after a warm-up; see bench/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import operator
+import os
+import platform
+import queue
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+ADMIN_DSN = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
+RESERVED_DB_NAMES = {"postgres", "template0", "template1", "test", "test_test"}
+
+LANGGRAPH_VERSION = "1.2.22"
+CHECKPOINT_POSTGRES_VERSION = "3.2.0"
+PSYCOPG_VERSION = "3.3.9"  # the same psycopg the project's venv has
+DEFAULT_VENV = BENCH_DIR / ".venvs" / "langgraph-1.2"
+
+REVIEWER = "bench-reviewer"
+DECIDE_PERMISSION = "approvals.decide_request"
+TW_AGENT = "bench_refund"
+SERVICES, LOOP = "main: services calls", "main: worker loop"
+DECLINE_REASON = "amount exceeds refund policy"
+SYSTEM_PROMPT = "You are a support agent. Refunds need a human's approval."
+REFUND_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "order": {"type": "string", "description": "Order number"},
+        "amount": {"type": "number", "minimum": 0, "maximum": 10000},
+    },
+    "required": ["order", "amount"],
+    "additionalProperties": False,
+}
+
+RESULT_MARK = "@@RESULT "
+READY_MARK = "@@READY"
+LG, TW = "langgraph", "toolnexus-web"
+
+
+# --------------------------------------------------------------------------------------- #
+# The workload, shared by both sides (runs in the children)
+# --------------------------------------------------------------------------------------- #
+
+
+def prompt_for(label: int) -> str:
+    return f"Refund order A-{label}, ${10 + label % 900}"
+
+
+def issue_refund(args: dict[str, Any]) -> str:
+    """The host executor of `refund` on both sides (pretends to call a payments system)."""
+    return f"refund issued: ${args['amount']} to order {args['order']}"
+
+
+def decline_text(name: str, reason: str) -> str:
+    # The text toolnexus' relay gives the model for a declined call (toolnexus.relay).
+    return f"relay declined for {name}: {reason}"
+
+
+def fake_model(
+    messages: list[dict[str, Any]],
+) -> tuple[str, list[tuple[str, str, dict]]]:
+    """The in-process model: (text, tool calls). OpenAI-shaped messages in, as both keep."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    if last < 0:
+        prompt = next(
+            (m["content"] for m in messages if m.get("role") == "user" and m.get("content")),
+            "",
+        )
+        order = re.search(r"\b[A-Z]-\d{3,}\b", prompt)
+        amount = re.search(r"\$\s*(\d+(?:\.\d+)?)", prompt)
+        value = float(amount.group(1)) if amount else 250
+        args = {
+            "order": order.group(0) if order else "A-1001",
+            "amount": int(value) if value == int(value) else value,
+        }
+        return "Let me take care of that.", [("call_refund", "refund", args)]
+    lines = []
+    for m in messages[last + 1 :]:
+        if m.get("role") != "tool":
+            continue
+        out = m.get("content") or ""
+        if out.startswith("relay declined for"):
+            why = out.split(": ", 1)[1] if ": " in out else "declined"
+            lines.append(
+                f"I did not run refund: the reviewer declined it ({why}). "
+                "I can offer store credit or escalate to a manager instead."
+            )
+        else:
+            lines.append(f"Done with refund: {out}.")
+    return " ".join(lines) or "All done.", []
+
+
+# --------------------------------------------------------------------------------------- #
+# Measuring inside a child: statements, backend CPU, transactions
+# --------------------------------------------------------------------------------------- #
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int | str, base: str = "/proc") -> float | None:
+    """CPU seconds of a (single-threaded) process or of one thread, None once it is gone.
+
+    From `schedstat` (nanoseconds on the CPU): `stat`'s utime + stime come in 10 ms clock
+    ticks, and truncating every short-lived backend (a connection per task without the pool)
+    to 10 ms loses several ms per backend."""
+    try:
+        return int(Path(f"{base}/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        fields = Path(f"{base}/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _thread_group(name: str) -> str:
+    if name.startswith("toolnexus-push"):
+        return "live-push lanes"
+    if name == "MainThread":
+        return "main"
+    return "other threads"
+
+
+def _kind(query: Any) -> str:
+    if isinstance(query, bytes):
+        query = query.decode(errors="replace")
+    if not isinstance(query, str):
+        return type(query).__name__
+    words = query.strip().split(None, 1)
+    return words[0].upper() if words else "(empty: pool check)"
+
+
+class Meter:
+    """Counts the SQL statements this process sends (psycopg `Cursor.execute`/`executemany`,
+    one per parameter set; Django's ORM and LangGraph's saver both go through them), the CPU
+    of this process and of the PostgreSQL backends serving it (from /proc), and the bench
+    database's transactions (pg_stat_database, read once every connection is closed so that
+    the backends have flushed their counters)."""
+
+    def __init__(self, db: str) -> None:
+        self.db = db
+        self.active = False
+        self.lock = threading.Lock()
+        self.statements = 0
+        self.kinds: Counter[str] = Counter()
+        self.by_thread: Counter[str] = Counter()
+        self.stage = "main"  # what the main thread is doing (its statements are split by it)
+        self.stage_cpu: Counter[str] = Counter()
+        self.closed: dict[int, float] = {}  # backends whose connection closed mid-phase
+        self.base: dict[int, float] = {}
+        self.mon = None
+
+    def install(self) -> None:
+        import psycopg
+
+        meter = self
+        run_one, run_many = psycopg.Cursor.execute, psycopg.Cursor.executemany
+        close_conn = psycopg.Connection.close
+
+        def execute(cur, query, params=None, *args, **kwargs):
+            if meter.active:
+                meter._count(query, 1)
+            return run_one(cur, query, params, *args, **kwargs)
+
+        def executemany(cur, query, params_seq, *args, **kwargs):
+            if meter.active:
+                params_seq = list(params_seq)
+                meter._count(query, len(params_seq))
+            return run_many(cur, query, params_seq, *args, **kwargs)
+
+        def close(conn):
+            if meter.active and not conn.closed:
+                try:
+                    if conn.info.dbname == meter.db:
+                        pid = conn.info.backend_pid
+                        cpu = cpu_of(pid)
+                        if cpu is not None:
+                            meter.closed[pid] = cpu
+                except Exception:
+                    pass
+            return close_conn(conn)
+
+        psycopg.Cursor.execute = execute
+        psycopg.Cursor.executemany = executemany
+        psycopg.Connection.close = close
+        self.mon = psycopg.connect(ADMIN_DSN + "?application_name=bench_monitor", autocommit=True)
+
+    def _count(self, query: Any, n: int) -> None:
+        kind = _kind(query)
+        name = threading.current_thread().name
+        group = self.stage if name == "MainThread" else _thread_group(name)
+        with self.lock:
+            self.statements += n
+            self.kinds[kind] += n
+            self.by_thread[group] += n
+
+    @staticmethod
+    def thread_cpu() -> dict[str, float]:
+        """CPU seconds per thread group of this process (threads alive now)."""
+        out: Counter[str] = Counter()
+        for t in threading.enumerate():
+            cpu = cpu_of(t.native_id, "/proc/self/task") if t.native_id else None
+            if cpu is not None:
+                out[_thread_group(t.name)] += cpu
+        return dict(out)
+
+    def backends(self) -> list[int]:
+        rows = self.mon.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
+            [self.db],
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def xacts(self) -> int:
+        row = self.mon.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+            [self.db],
+        ).fetchone()
+        return int(row[0])
+
+    def settled_xacts(self, timeout: float = 15.0) -> tuple[int, bool]:
+        """Wait until no client backend is connected to the bench database (so each has
+        flushed its statistics), then until the counter stops moving; (count, settled)."""
+        end = time.monotonic() + timeout
+        while self.backends() and time.monotonic() < end:
+            time.sleep(0.02)
+        settled = not self.backends()
+        last = self.xacts()
+        for _ in range(40):
+            time.sleep(0.05)
+            now = self.xacts()
+            if now == last:
+                break
+            last = now
+        return last, settled
+
+    def start(self) -> None:
+        self.base = {}
+        for pid in self.backends():
+            cpu = cpu_of(pid)
+            if cpu is not None:
+                self.base[pid] = cpu
+        self.closed = {}
+        self.statements = 0
+        self.kinds = Counter()
+        self.by_thread = Counter()
+        self.stage_cpu = Counter()
+        self.threads0 = self.thread_cpu()
+        self.load0 = os.getloadavg()[0]
+        self.cpu0 = os.times()
+        self.t0 = time.monotonic()
+        self.active = True
+
+    def stop(self) -> dict[str, Any]:
+        t1 = time.monotonic()
+        cpu1 = os.times()
+        threads1 = self.thread_cpu()
+        self.active = False
+        seen = dict(self.closed)
+        for pid in self.backends():
+            cpu = cpu_of(pid)
+            if cpu is not None:
+                seen[pid] = cpu
+        backend_cpu = sum(cpu - self.base.get(pid, 0.0) for pid, cpu in seen.items())
+        thread_cpu = {k: v - self.threads0.get(k, 0.0) for k, v in threads1.items()}
+        if self.stage_cpu and "main" in thread_cpu:
+            main = thread_cpu.pop("main")
+            thread_cpu.update(self.stage_cpu)
+            thread_cpu["main: other"] = max(0.0, main - sum(self.stage_cpu.values()))
+        proc_cpu = (cpu1.user - self.cpu0.user) + (cpu1.system - self.cpu0.system)
+        return {
+            "t0": self.t0,
+            "t1": t1,
+            "cpu_proc": proc_cpu,
+            "cpu_pg": backend_cpu,
+            "backends": len(seen),
+            "statements": self.statements,
+            "kinds": dict(self.kinds),
+            "by_thread": dict(self.by_thread),
+            "thread_cpu": thread_cpu,
+            "load": [self.load0, os.getloadavg()[0]],
+        }
+
+
+def _wait_go(sync: bool) -> None:
+    print(READY_MARK, flush=True)
+    if sync:
+        line = sys.stdin.readline()
+        if line.strip() != "GO":
+            raise SystemExit("parent went away before GO")
+
+
+def _emit(result: dict[str, Any]) -> None:
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------- #
+# LangGraph child (runs with the bench venv's python; never imports Django)
+# --------------------------------------------------------------------------------------- #
+
+
+def lg_dsn(db: str) -> str:
+    return f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}?application_name=bench_lg"
+
+
+class State(TypedDict):
+    """The LangGraph side's state: OpenAI-shaped message dicts, appended by each node."""
+
+    messages: Annotated[list, operator.add]
+
+
+def lg_build(saver: Any) -> Any:
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    def model(state: State) -> dict[str, Any]:
+        text, calls = fake_model(state["messages"])
+        msg: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            msg["tool_calls"] = [
+                {
+                    "id": cid,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+                for cid, name, args in calls
+            ]
+        return {"messages": [msg]}
+
+    def tools(state: State) -> dict[str, Any]:
+        out = []
+        for call in state["messages"][-1]["tool_calls"]:
+            name = call["function"]["name"]
+            args = json.loads(call["function"]["arguments"])
+            decision = interrupt({"tool": name, "input": args, "call_id": call["id"]})
+            if decision.get("approved"):
+                content = issue_refund(args)
+            else:
+                content = decline_text(name, decision.get("reason") or "declined")
+            out.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+        return {"messages": out}
+
+    def route(state: State) -> str:
+        return "tools" if state["messages"][-1].get("tool_calls") else END
+
+    g = StateGraph(State)
+    g.add_node("model", model)
+    g.add_node("tools", tools)
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, ["tools", END])
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=saver)
+
+
+def lg_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for dist in (
+        "langgraph",
+        "langgraph-checkpoint",
+        "langgraph-checkpoint-postgres",
+        "langchain-core",
+        "psycopg",
+        "psycopg-binary",
+        "psycopg-pool",
+        "ormsgpack",
+    ):
+        with contextlib.suppress(md.PackageNotFoundError):
+            out[dist] = md.version(dist)
+    return out
+
+
+def lg_child(spec: dict[str, Any]) -> dict[str, Any]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.types import Command
+
+    db, phase = spec["db"], spec["phase"]
+    dsn = lg_dsn(db)
+    if phase == "setup":
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            saver.setup()
+        return {"versions": lg_versions()}
+
+    meter = Meter(db)
+    meter.install()
+
+    def config(tid: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": tid}}
+
+    def start(graph: Any, label: int) -> str:
+        tid = f"t{label}"
+        state = {
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": prompt_for(label)},
+            ]
+        }
+        out = graph.invoke(state, config(tid))
+        if "__interrupt__" not in out:
+            raise AssertionError(f"thread {tid} did not halt: {out!r}")
+        return tid
+
+    def resume(graph: Any, tid: str, decision: str) -> None:
+        if decision == "approve":
+            cmd = Command(resume={"approved": True})
+        else:
+            cmd = Command(resume={"approved": False, "reason": DECLINE_REASON})
+        out = graph.invoke(cmd, config(tid))
+        text = out["messages"][-1]["content"]
+        want = "refund issued" if decision == "approve" else DECLINE_REASON
+        if want not in text or "__interrupt__" in out:
+            raise AssertionError(f"thread {tid} ended with {text!r}")
+
+    def do(graph: Any, items: list[Any]) -> list[Any]:
+        if phase == "halt":
+            return [start(graph, label) for label in items]
+        for tid in items:
+            resume(graph, tid, spec["decision"])
+        return items
+
+    with PostgresSaver.from_conn_string(dsn) as saver:
+        graph = lg_build(saver)
+        do(graph, spec["warm"])
+    # Every connection closed: the backends flushed their statistics.
+    xact0, settled0 = meter.settled_xacts() if spec["measure"] else (0, True)
+    with PostgresSaver.from_conn_string(dsn) as saver:
+        graph = lg_build(saver)
+        _wait_go(spec["sync"])
+        meter.start()
+        ids = do(graph, spec["timed"])
+        m = meter.stop()
+    if spec["measure"]:
+        xact1, settled1 = meter.settled_xacts()
+        m["xacts"] = xact1 - xact0
+        m["settled"] = settled0 and settled1
+    m["n"] = len(spec["timed"])
+    m["checks"] = (
+        "every thread halted on its interrupt"
+        if phase == "halt"
+        else (f"every thread ended with the expected text ({spec['decision']})")
+    )
+    if phase == "halt":
+        m["ids"] = dict(zip(map(str, spec["timed"]), ids, strict=True))
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            graph = lg_build(saver)
+            for label in spec["prep"]:
+                m["ids"][str(label)] = start(graph, label)
+    return m
+
+
+# --------------------------------------------------------------------------------------- #
+# toolnexus-web child (runs with the project's python; Django settings from the env)
+# --------------------------------------------------------------------------------------- #
+
+
+def _tw_import(modules: list[str], names: list[str]) -> list[Any]:
+    """Import names from the first of `modules` that has them. The app's modules move into
+    subpackages now and then (approvals.worker -> approvals.execution.worker, ...), so at
+    last search approvals/ for a module defining the first name."""
+    import importlib
+
+    for module in modules:
+        try:
+            mod = importlib.import_module(module)
+            return [getattr(mod, n) for n in names]
+        except (ImportError, AttributeError):
+            continue
+    pkg = ROOT / "approvals"
+    first = names[0]
+    for path in sorted(pkg.rglob("*.py")):
+        text = path.read_text(errors="replace")
+        if re.search(rf"^(def|class) {re.escape(first)}\b|^{re.escape(first)} = ", text, re.M):
+            dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            mod = importlib.import_module(dotted)
+            try:
+                return [getattr(mod, n) for n in names]
+            except AttributeError:
+                continue
+    raise ImportError(f"cannot find {names} (looked in {modules} and under approvals/)")
+
+
+def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    meter = Meter(spec["db"])
+    if spec["phase"] != "setup":
+        meter.install()  # before Django opens any connection
+    import django
+
+    django.setup()
+    import importlib.metadata as md
+
+    from django.contrib.auth import get_user_model
+    from django.db import close_old_connections, connection, connections
+
+    if spec["phase"] == "setup":
+        return tw_setup(get_user_model())
+
+    from approvals import agents, services
+    from approvals.models import ApprovalRequest, Run, ToolExecution
+
+    (Worker,) = _tw_import(["approvals.worker", "approvals.execution.worker"], ["Worker"])
+    from toolnexus import create_in_process_client
+    from toolnexus.relay import relay_tool
+
+    try:
+        (flush_pushes,) = _tw_import(["approvals.broadcast", "approvals.live.publisher"], ["flush"])
+    except ImportError:
+        flush_pushes = None
+
+    if spec["agent"] == "bench":
+
+        def generate(request: Any) -> dict[str, Any]:
+            text, calls = fake_model(request.messages)
+            return {
+                "content": text,
+                "tool_calls": [{"id": c, "name": n, "arguments": a} for c, n, a in calls],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 12},
+            }
+
+        agents.register(
+            TW_AGENT,
+            model=lambda: create_in_process_client(generate=generate, model="bench-fake"),
+            tools=lambda: [
+                relay_tool("refund", "Refund an order (after approval).", REFUND_SCHEMA)
+            ],
+            executors={"refund": issue_refund},
+            system_prompt=SYSTEM_PROMPT,
+            description="vs_langgraph bench: the same fake model as the LangGraph side",
+            replace=True,
+        )
+        agent = TW_AGENT
+    else:
+        agent = "demo"
+
+    class BenchWorker(Worker):
+        """The production loop (`run_forever`), stopped once the phase's tasks have run."""
+
+        target: int | None = None
+        phase_ran = 0
+        done_check: Any = None
+
+        last_done = 0.0
+
+        def run_task(self, row: Any) -> None:
+            super().run_task(row)
+            self.last_done = time.monotonic()
+            self.phase_ran += 1
+            if self.target is not None and self.phase_ran >= self.target:
+                self.stop.set()
+
+        def run_once(self) -> bool:
+            ran = super().run_once()
+            if not ran and self.done_check is not None and self.done_check():
+                self.stop.set()
+            return ran
+
+    worker = BenchWorker()
+    timed_out = threading.Event()
+
+    def staged(stage: str, fn: Any, *args: Any) -> Any:
+        """Run fn on the main thread, its statements and CPU booked under `stage`."""
+        meter.stage, c0 = stage, time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            if meter.active:
+                meter.stage_cpu[stage] += time.thread_time() - c0
+            meter.stage = "main"
+
+    def work(target: int | None, done_check: Any) -> None:
+        before = set(threading.enumerate())
+        worker.target, worker.phase_ran, worker.done_check = target, 0, done_check
+        worker.stop.clear()
+        dog = threading.Timer(spec["timeout"], lambda: (timed_out.set(), worker.stop.set()))
+        dog.daemon = True
+        dog.start()
+        try:
+            worker.run_forever()
+        finally:
+            dog.cancel()
+        if timed_out.is_set():
+            raise RuntimeError(f"the worker loop did not finish within {spec['timeout']} s")
+        worker.__dict__["_spawned"] = [t for t in threading.enumerate() if t not in before]
+
+    def join_loop_threads() -> None:
+        # run_forever's heartbeat and task-listener threads end once `stop` is set.
+        for t in worker.__dict__.get("_spawned", []):
+            if t.name.startswith(("heartbeat-", "task-listener-")):
+                t.join(5)
+
+    def quiesce() -> None:
+        """Close every connection of this process (all threads)."""
+        join_loop_threads()
+        if flush_pushes is not None:
+            flush_pushes(30)
+        close_old_connections()
+        connections.close_all()
+        if getattr(connection, "pool", None) is not None:
+            connection.close_pool()
+
+    user = get_user_model().objects.get(username=REVIEWER)
+    user.has_perm(DECIDE_PERMISSION)  # a reviewer's permissions, loaded once
+
+    def halt(labels: list[int], *, via_loop: bool = True) -> list[int]:
+        def start_all() -> list[int]:
+            return [
+                services.run_start(agent=agent, prompt=prompt_for(label), started_by=user).pk
+                for label in labels
+            ]
+
+        ids = staged(SERVICES, start_all)
+        if via_loop:
+            staged(LOOP, work, len(ids), None)
+        else:
+            Worker(maintenance_every=0).drain(max_tasks=len(ids) + 10)
+        return ids
+
+    def pending_requests(run_ids: list[int]) -> list[str]:
+        rows = dict(
+            ApprovalRequest.objects.filter(run_id__in=run_ids, state="pending").values_list(
+                "run_id", "request_id"
+            )
+        )
+        missing = [r for r in run_ids if r not in rows]
+        if missing:
+            raise AssertionError(f"{len(missing)} run(s) have no pending request: {missing[:5]}")
+        return [rows[r] for r in run_ids]
+
+    def decide(request_ids: list[str]) -> None:
+        for rid in request_ids:
+            if spec["decision"] == "approve":
+                services.request_approve(request_id=rid, user=user)
+            else:
+                services.request_decline(request_id=rid, user=user, reason=DECLINE_REASON)
+
+    def all_done(run_ids: list[int]) -> Any:
+        return lambda: Run.objects.filter(pk__in=run_ids, status="done").count() == len(run_ids)
+
+    phase = spec["phase"]
+    # -- warm-up (its runs were halted for it beforehand; a halt phase halts its own) --------
+    if phase == "halt":
+        halt(spec["warm"])
+    else:
+        decide(pending_requests(spec["warm"]))
+        work(len(spec["warm"]), all_done(spec["warm"]))
+    requests = pending_requests(spec["timed"]) if phase != "halt" else []
+    quiesce()
+    xact0, settled0 = meter.settled_xacts() if spec["measure"] else (0, True)
+    connection.ensure_connection()  # open (the pool) before the clock starts
+    _wait_go(spec["sync"])
+    meter.start()
+    if phase == "halt":
+        ids = halt(spec["timed"])
+    else:
+        ids = spec["timed"]
+        staged(SERVICES, decide, requests)
+        if spec["sync"]:  # two processes share the queue: stop when every run is done
+            staged(LOOP, work, None, all_done(spec["all_timed"]))
+        else:
+            staged(LOOP, work, len(ids), all_done(ids))
+    t_last = worker.last_done
+    f0 = time.monotonic()
+    if flush_pushes is not None:
+        flush_pushes(60)  # the live-push lanes' rendering is part of the work
+    flushing = time.monotonic() - f0
+    m = meter.stop()
+    # With two processes, a process whose work is done notices that the other's is too only
+    # at its next idle poll (up to 0.2 s later): the phase ends when the last resume did.
+    m["t_done"] = t_last + flushing
+    quiesce()
+    if spec["measure"]:
+        xact1, settled1 = meter.settled_xacts()
+        m["xacts"] = xact1 - xact0
+        m["settled"] = settled0 and settled1
+    m["n"] = len(spec["timed"])
+
+    # -- checks (after the measurement) ------------------------------------------------------
+    if phase == "halt":
+        pending_requests(ids)
+        bad = Run.objects.filter(pk__in=ids).exclude(status="pending").count()
+        if bad:
+            raise AssertionError(f"{bad} run(s) not pending after the halt phase")
+        m["checks"] = "every run pending on one request"
+        m["ids"] = dict(zip(map(str, spec["timed"]), ids, strict=True))
+        prep = halt(spec["prep"], via_loop=False)
+        m["ids"].update(zip(map(str, spec["prep"]), prep, strict=True))
+        if Run.objects.filter(pk__in=prep).exclude(status="pending").exists():
+            raise AssertionError("a prepared run did not halt")
+    else:
+        mine = spec["all_timed"] if spec["sync"] else ids
+        runs = list(Run.objects.filter(pk__in=ids).values_list("status", "text"))
+        want = "refund issued" if spec["decision"] == "approve" else DECLINE_REASON
+        wrong = [(s, t[:80]) for s, t in runs if s != "done" or want not in t]
+        if wrong or len(runs) != len(ids):
+            raise AssertionError(f"{len(wrong)} run(s) did not end as expected: {wrong[:3]}")
+        executions = ToolExecution.objects.filter(run_id__in=ids).count()
+        expected = len(ids) if spec["decision"] == "approve" else 0
+        if executions != expected:
+            raise AssertionError(f"{executions} executor run(s) recorded, expected {expected}")
+        m["checks"] = (
+            f"every run done with the expected text; executor ran {executions}x "
+            f"(once per approved run); {len(mine)} run(s) in the phase"
+        )
+    m["versions"] = {
+        d: md.version(d) for d in ("django", "psycopg", "psycopg-pool", "django-tasks-db")
+    }
+    m["pool"] = getattr(connection, "pool", None) is not None
+    if flush_pushes is None:
+        m["checks"] += " (NOTE: live-push flush not found: the lanes' tail is not waited for)"
+    connections.close_all()
+    return m
+
+
+def tw_setup(User: Any) -> dict[str, Any]:
+    from django.contrib.auth.models import Permission
+
+    try:
+        (ensure_groups,) = _tw_import(
+            ["approvals.accounts", "approvals.permissions"], ["ensure_groups"]
+        )
+        group = ensure_groups()["Reviewers"]
+        user, _ = User.objects.get_or_create(username=REVIEWER)
+        user.groups.add(group)
+    except ImportError:
+        user, _ = User.objects.get_or_create(username=REVIEWER)
+        user.user_permissions.set(
+            Permission.objects.filter(
+                content_type__app_label="approvals",
+                codename__in=[
+                    "decide_request",
+                    "add_run",
+                    "view_run",
+                    "view_approvalrequest",
+                ],
+            )
+        )
+    user = User.objects.get(pk=user.pk)
+    if user.is_superuser or not user.has_perm(DECIDE_PERMISSION):
+        raise AssertionError("the bench reviewer cannot decide requests")
+    return {"user": user.username}
+
+
+def run_child(system: str, spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    result = lg_child(spec) if system == LG else tw_child(spec)
+    _emit(result)
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown: daemon threads (live-push lanes) hold nothing
+
+
+# --------------------------------------------------------------------------------------- #
+# Parent
+# --------------------------------------------------------------------------------------- #
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SET statement_timeout = '120s'")
+        conn.execute(sql)
+
+
+def admin_query(sql: str, params: list[Any] | None = None) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def check_db_name(name: str) -> str:
+    if name in RESERVED_DB_NAMES or not re.fullmatch(r"bench_(lg|tw)_[0-9a-f]{8}", name):
+        raise BenchError(f"refusing to use database name {name!r}")
+    return name
+
+
+def ensure_langgraph(venv: Path) -> tuple[str | None, str]:
+    """(python of a venv with LangGraph + PostgresSaver at the pinned versions, "") or
+    (None, why not). Reused when present."""
+    py = venv / "bin" / "python"
+    probe = (
+        "import importlib.metadata as m; "
+        "print(m.version('langgraph'), m.version('langgraph-checkpoint-postgres'))"
+    )
+    want = f"{LANGGRAPH_VERSION} {CHECKPOINT_POSTGRES_VERSION}"
+
+    def installed() -> str | None:
+        if not py.exists():
+            return None
+        r = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=False)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    if installed() == want:
+        return str(py), ""
+    print(f"setting up {venv} (python -m venv + pip install langgraph=={LANGGRAPH_VERSION} ...)")
+    try:
+        if not py.exists():
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--clear", str(venv)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        pip = [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--retries",
+            "1",
+        ]
+        pip += ["--timeout", "30", f"langgraph=={LANGGRAPH_VERSION}"]
+        pip += [f"langgraph-checkpoint-postgres=={CHECKPOINT_POSTGRES_VERSION}"]
+        pip += [f"psycopg[binary,pool]=={PSYCOPG_VERSION}"]
+        r = subprocess.run(pip, capture_output=True, text=True, check=False, timeout=900)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"could not create the venv: {exc}"
+    if r.returncode != 0:
+        tail = " / ".join(ln for ln in r.stderr.strip().splitlines()[-3:] if ln.strip())
+        return None, f"pip could not install LangGraph: {tail}"
+    if installed() != want:
+        return None, f"LangGraph {want} not importable in {venv} after pip"
+    return str(py), ""
+
+
+class Child:
+    """One child process: spec in a file, READY / GO on its pipes, RESULT on stdout."""
+
+    def __init__(
+        self,
+        python: str,
+        system: str,
+        spec: dict[str, Any],
+        env: dict[str, str],
+        tmp: Path,
+        tag: str,
+    ) -> None:
+        self.spec_path = tmp / f"{tag}.json"
+        self.spec_path.write_text(json.dumps(spec))
+        self.log_path = tmp / f"{tag}.log"
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [
+                python,
+                str(Path(__file__).resolve()),
+                "--child",
+                system,
+                str(self.spec_path),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.result: dict[str, Any] | None = None
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, mark: str, deadline: float) -> str:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"child timed out waiting for {mark.strip()}\n{self.tail()}")
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.wait(timeout=10)
+                raise BenchError(
+                    f"child exited ({self.proc.returncode}) before {mark.strip()}\n{self.tail()}"
+                )
+            if line.startswith(mark):
+                return line[len(mark) :]
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("GO\n")
+        self.proc.stdin.flush()
+
+    def finish(self, deadline: float) -> dict[str, Any]:
+        self.result = json.loads(self.wait_for(RESULT_MARK, deadline))
+        try:
+            self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.log.close()
+        return self.result
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join("    " + ln for ln in text.splitlines()[-lines:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+PHASES = [
+    ("halt", "runs started until halted"),
+    ("resume1", "resumes, 1 process"),
+    ("resume2", "resumes, 2 processes"),
+    ("decline", "decline + resume"),
+]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="vs_langgraph-"))
+        self.children: list[Child] = []
+        self.created: list[str] = []
+        self.suffix = secrets.token_hex(4)
+        self.systems: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self.label = 100000
+        self.versions: dict[str, dict[str, str]] = {}
+
+    # -- environment ---------------------------------------------------------------------
+
+    def base_env(self) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "pythonpath")
+            and not k.startswith(("DJANGO_", "TOOLNEXUS_", "DATABASE_", "REDIS_"))
+        }
+        env.update({"PYTHONUNBUFFERED": "1", "NO_PROXY": "127.0.0.1,localhost"})
+        return env
+
+    def tw_env(self, db: str) -> dict[str, str]:
+        env = self.base_env()
+        env.update(
+            {
+                "PYTHONPATH": str(ROOT),
+                "DJANGO_SETTINGS_MODULE": "toolnexus_web.settings",
+                "DJANGO_DEBUG": "0",
+                "DJANGO_SECRET_KEY": "bench",
+                "DATABASE_URL": f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}"
+                "?application_name=bench_tw",
+                "DATABASE_POOL": "1" if self.args.pool else "0",
+                "DJANGO_STATIC_ROOT": str(self.tmp / "static"),
+                "TOOLNEXUS_LOG_LEVEL": "WARNING",
+            }
+        )
+        return env
+
+    # -- set-up / tear-down ----------------------------------------------------------------
+
+    def create_db(self, prefix: str) -> str:
+        name = check_db_name(f"bench_{prefix}_{self.suffix}")
+        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return name
+
+    def cleanup(self) -> None:
+        for c in self.children:
+            c.kill()
+        for name in self.created:
+            try:
+                admin(f'DROP DATABASE IF EXISTS "{check_db_name(name)}" WITH (FORCE)')
+            except Exception as exc:  # keep going: report it
+                print(f"could not drop database {name}: {exc}", file=sys.stderr)
+        self.created = []
+
+    def setup(self) -> None:
+        try:
+            admin_query("SELECT 1")
+        except Exception as exc:
+            raise BenchError(
+                f"PostgreSQL is not reachable at {PG_HOST}:{PG_PORT} as {PG_USER}: {exc}"
+            ) from None
+        self.pg_version = admin_query("SHOW server_version")[0][0]
+        if not self.args.no_langgraph:
+            py, why = ensure_langgraph(self.args.venv)
+            if py is None:
+                raise BenchError(f"LangGraph: {why} (use --no-langgraph to run ours alone)")
+            db = self.create_db("lg")
+            self.systems[LG] = {"python": py, "db": db, "env": self.base_env()}
+            res = self.run_one(LG, {"phase": "setup", "db": db}, "lg-setup")
+            self.versions[LG] = res["versions"]
+        db = self.create_db("tw")
+        env = self.tw_env(db)
+        self.systems[TW] = {"python": sys.executable, "db": db, "env": env}
+        for cmd in (
+            ["migrate", "--noinput", "-v", "0"],
+            ["collectstatic", "--noinput", "-v", "0"],
+        ):
+            r = subprocess.run(
+                [sys.executable, str(ROOT / "manage.py"), *cmd],
+                env=env,
+                cwd=str(ROOT),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if r.returncode != 0:
+                raise BenchError(f"manage.py {cmd[0]} failed:\n{r.stderr[-3000:]}")
+        self.run_one(TW, {"phase": "setup", "db": db}, "tw-setup")
+        for system in self.systems:
+            self.results[system] = {p: [] for p, _ in PHASES}
+
+    # -- children --------------------------------------------------------------------------
+
+    def spawn(self, system: str, spec: dict[str, Any], tag: str) -> Child:
+        s = self.systems[system]
+        spec = {
+            "db": s["db"],
+            "agent": self.args.tw_agent,
+            "timeout": self.timeout(),
+            **spec,
+        }
+        child = Child(s["python"], system, spec, s["env"], self.tmp, tag)
+        self.children.append(child)
+        return child
+
+    def timeout(self) -> float:
+        return 300.0 + 1.5 * (self.args.runs + 4 * self.args.warmup)
+
+    def run_one(self, system: str, spec: dict[str, Any], tag: str) -> dict[str, Any]:
+        spec = {"sync": False, "measure": False, "warm": [], "timed": [], **spec}
+        child = self.spawn(system, spec, tag)
+        deadline = time.monotonic() + 3 * self.timeout()
+        try:
+            return child.finish(deadline)
+        except BenchError:
+            child.kill()
+            raise
+
+    def labels(self, n: int) -> list[int]:
+        out = list(range(self.label, self.label + n))
+        self.label += n
+        return out
+
+    def plan_round(self) -> dict[str, list[int]]:
+        n, w = self.args.runs, self.args.warmup
+        return {
+            "halt_warm": self.labels(w),
+            "halt": self.labels(n),
+            "resume1_warm": self.labels(w),
+            "resume2_warm_a": self.labels(w),
+            "resume2_warm_b": self.labels(w),
+            "resume2": self.labels(n),
+            "decline_warm": self.labels(w),
+            "decline": self.labels(n),
+        }
+
+    def phase(
+        self,
+        system: str,
+        phase: str,
+        plan: dict[str, list[int]],
+        ids: dict[str, Any],
+        rnd: int,
+    ) -> dict[str, Any]:
+        tag = f"r{rnd}-{phase}-{'lg' if system == LG else 'tw'}"
+        pick = lambda key: [ids[str(label)] for label in plan[key]]  # noqa: E731
+        if phase == "halt":
+            prep = [
+                label for key in plan if key not in ("halt_warm", "halt") for label in plan[key]
+            ]
+            spec = {
+                "phase": "halt",
+                "warm": plan["halt_warm"],
+                "timed": plan["halt"],
+                "prep": prep,
+                "measure": True,
+            }
+            res = self.run_one(system, spec, tag)
+            ids.update(res.pop("ids"))
+            return res
+        if phase in ("resume1", "decline"):
+            warm_key = "resume1_warm" if phase == "resume1" else "decline_warm"
+            timed_key = "halt" if phase == "resume1" else "decline"
+            spec = {
+                "phase": phase,
+                "warm": pick(warm_key),
+                "timed": pick(timed_key),
+                "decision": "approve" if phase == "resume1" else "decline",
+                "measure": True,
+            }
+            return self.run_one(system, spec, tag)
+        # resume2: two processes, each deciding/resuming half, started together
+        timed = pick("resume2")
+        half = len(timed) // 2
+        parts = [
+            (pick("resume2_warm_a"), timed[:half]),
+            (pick("resume2_warm_b"), timed[half:]),
+        ]
+        kids = [
+            self.spawn(
+                system,
+                {
+                    "phase": "resume2",
+                    "warm": warm,
+                    "timed": mine,
+                    "all_timed": timed,
+                    "decision": "approve",
+                    "sync": True,
+                    "measure": False,
+                },
+                f"{tag}-{i}",
+            )
+            for i, (warm, mine) in enumerate(parts)
+        ]
+        deadline = time.monotonic() + 3 * self.timeout()
+        try:
+            for k in kids:
+                k.wait_for(READY_MARK, deadline)
+            for k in kids:
+                k.go()
+            outs = [k.finish(deadline) for k in kids]
+        except BenchError:
+            for k in kids:
+                k.kill()
+            raise
+        return {
+            "t0": min(o["t0"] for o in outs),
+            "t1": max(o.get("t_done", o["t1"]) for o in outs),
+            "n": len(timed),
+            "cpu_proc": sum(o["cpu_proc"] for o in outs),
+            "checks": outs[0]["checks"],
+            "versions": outs[0].get("versions"),
+            "pool": outs[0].get("pool"),
+        }
+
+    def run(self) -> None:
+        systems = list(self.systems)
+        for rnd in range(self.args.rounds):
+            plans = {s: self.plan_round() for s in systems}
+            ids: dict[str, dict[str, Any]] = {s: {} for s in systems}
+            for pi, (phase, label) in enumerate(PHASES):
+                order = systems if (rnd + pi) % 2 == 0 else list(reversed(systems))
+                for system in order:
+                    t = time.monotonic()
+                    res = self.phase(system, phase, plans[system], ids[system], rnd)
+                    res["rate"] = res["n"] / (res["t1"] - res["t0"])
+                    self.results[system][phase].append(res)
+                    if system == TW and res.get("versions"):
+                        self.versions[TW] = res["versions"]
+                        self.tw_pool = res.get("pool")
+                    extra = ""
+                    if "xacts" in res:
+                        per = res["n"]
+                        extra = (
+                            f"  cpu {1000 * res['cpu_proc'] / per:.1f}+"
+                            f"{1000 * res['cpu_pg'] / per:.1f} ms/op, "
+                            f"{res['statements'] / per:.1f} stmt, {res['xacts'] / per:.1f} xact"
+                        )
+                    if "load" in res:
+                        extra += f", load {res['load'][1]:.1f}"
+                    print(
+                        f"  round {rnd + 1}/{self.args.rounds}  {label:<26} {system:<14}"
+                        f"{res['rate']:8.1f}/s{extra}  ({time.monotonic() - t:.0f} s)",
+                        flush=True,
+                    )
+
+    # -- report ------------------------------------------------------------------------------
+
+    def report(self) -> None:
+        a = self.args
+        lg, tw = self.results.get(LG), self.results[TW]
+
+        def med(xs: list[float]) -> float:
+            return statistics.median(xs) if xs else float("nan")
+
+        def rates(res: dict[str, list[dict[str, Any]]] | None, phase: str) -> list[float]:
+            return [r["rate"] for r in res[phase]] if res else []
+
+        def per_op(
+            res: dict[str, list[dict[str, Any]]] | None, phase: str, key: str
+        ) -> list[float]:
+            if not res:
+                return []
+            scale = 1000.0 if key.startswith("cpu") else 1.0
+            return [scale * r[key] / r["n"] for r in res[phase] if key in r]
+
+        print()
+        print(
+            f"toolnexus-web vs LangGraph: N = {a.runs} runs per phase, {a.rounds} round(s) "
+            f"interleaved, {a.warmup} warm-up operations per process, fresh processes per phase"
+        )
+        print(
+            "Figures: median over rounds; ratio: median over rounds of toolnexus-web / LangGraph."
+        )
+        print()
+        head = (
+            f"{'per second unless said':<52} {'LangGraph':>12} {'toolnexus-web':>14} {'ratio':>7}"
+        )
+        print(head)
+        print("-" * len(head))
+
+        def ratio(xs: list[float], ys: list[float]) -> str:
+            if not xs or not ys:
+                return "n/a"
+            return f"{med([y / x for x, y in zip(xs, ys, strict=False)]):.2f}"
+
+        for phase, label in PHASES:
+            x, y = rates(lg, phase), rates(tw, phase)
+            xs = f"{med(x):.1f}" if x else "-"
+            print(f"{label:<52} {xs:>12} {med(y):>14.1f} {ratio(x, y):>7}")
+        cx = [
+            p + g
+            for p, g in zip(
+                per_op(lg, "resume1", "cpu_proc"),
+                per_op(lg, "resume1", "cpu_pg"),
+                strict=False,
+            )
+        ]
+        cy = [
+            p + g
+            for p, g in zip(
+                per_op(tw, "resume1", "cpu_proc"),
+                per_op(tw, "resume1", "cpu_pg"),
+                strict=False,
+            )
+        ]
+
+        def cpu_cell(res: Any) -> str:
+            if not res:
+                return "-"
+            return (
+                f"{med(per_op(res, 'resume1', 'cpu_proc')):.1f} + "
+                f"{med(per_op(res, 'resume1', 'cpu_pg')):.1f}"
+            )
+
+        r = ratio(cx, cy)
+        print(
+            f"{'CPU ms per resume (process + PostgreSQL backends)':<52} {cpu_cell(lg):>12} "
+            f"{cpu_cell(tw):>14} {r + 'x' if r != 'n/a' else r:>7}"
+        )
+
+        def st_cell(res: Any) -> str:
+            if not res:
+                return "-"
+            return (
+                f"{med(per_op(res, 'resume1', 'statements')):.1f} / "
+                f"{med(per_op(res, 'resume1', 'xacts')):.1f}"
+            )
+
+        print(f"{'statements / transactions per resume':<52} {st_cell(lg):>12} {st_cell(tw):>14}")
+        print()
+
+        print("Per round (ops/s):")
+        for phase, label in PHASES:
+            for system, res in ((LG, lg), (TW, tw)):
+                if res:
+                    each = ", ".join(f"{v:.1f}" for v in rates(res, phase))
+                    print(f"  {label:<28} {system:<14} {each}")
+        print()
+        print("Per operation, one process (median over rounds):")
+        hd = (
+            f"  {'phase':<10} {'system':<14} {'CPU ms proc':>11} {'CPU ms pg':>10} "
+            f"{'statements':>10} {'transactions':>12}  rounds (proc+pg ms)"
+        )
+        print(hd)
+        for phase in ("halt", "resume1", "decline"):
+            for system, res in ((LG, lg), (TW, tw)):
+                if not res:
+                    continue
+                procs, pgs = (
+                    per_op(res, phase, "cpu_proc"),
+                    per_op(res, phase, "cpu_pg"),
+                )
+                each = ", ".join(f"{p:.1f}+{g:.1f}" for p, g in zip(procs, pgs, strict=False))
+                print(
+                    f"  {phase:<10} {system:<14} {med(procs):>11.1f} {med(pgs):>10.1f} "
+                    f"{med(per_op(res, phase, 'statements')):>10.1f} "
+                    f"{med(per_op(res, phase, 'xacts')):>12.1f}  {each}"
+                )
+        print()
+        print("Statements per resume by kind (last round, 1 process):")
+        for system, res in ((LG, lg), (TW, tw)):
+            if res and res["resume1"]:
+                last = res["resume1"][-1]
+                kinds = sorted(last["kinds"].items(), key=lambda kv: -kv[1])
+                text = ", ".join(f"{k} {v / last['n']:.2f}" for k, v in kinds)
+                print(f"  {system:<14} {text}")
+        print()
+        print(
+            "Per resume by thread of the process (median over rounds, 1 process; main = "
+            "the decisions and the worker loop, or LangGraph's invoke):"
+        )
+        for system, res in ((LG, lg), (TW, tw)):
+            if not res or not res["resume1"]:
+                continue
+            rows = res["resume1"]
+            order = [SERVICES, LOOP, "main", "main: other", "live-push lanes", "other threads"]
+            groups = sorted(
+                {g for r in rows for g in (*r["by_thread"], *r["thread_cpu"])},
+                key=lambda g: (order.index(g) if g in order else len(order), g),
+            )
+            cells = []
+            for g in groups:
+                st = med([r["by_thread"].get(g, 0) / r["n"] for r in rows])
+                ms = med([1000 * r["thread_cpu"].get(g, 0.0) / r["n"] for r in rows])
+                cells.append(f"{g}: {st:.1f} statements, {ms:.1f} ms CPU")
+            gone = med(
+                [1000 * (r["cpu_proc"] - sum(r["thread_cpu"].values())) / r["n"] for r in rows]
+            )
+            cells.append(f"threads that ended during the phase: {gone:.1f} ms CPU")
+            print(f"  {system:<14} " + "; ".join(cells))
+        unsettled = [
+            f"{s} {p}"
+            for s, res in self.results.items()
+            for p in res
+            for r in res[p]
+            if r.get("settled") is False
+        ]
+        if unsettled:
+            print(f"  note: a backend was still connected when counting transactions: {unsettled}")
+        print()
+        print("Checks (every phase, every round):")
+        for system, res in self.results.items():
+            for phase, label in PHASES:
+                if res[phase]:
+                    print(f"  {system:<14} {label:<26} {res[phase][-1]['checks']}")
+        print()
+        print("Settings:")
+        print(
+            f"  PostgreSQL {self.pg_version} at {PG_HOST}:{PG_PORT}; databases "
+            f"{', '.join(s['db'] for s in self.systems.values())} (dropped at exit)"
+        )
+        print(
+            f"  machine: {os.cpu_count()} CPU(s), python {platform.python_version()}, "
+            f"load average at end {os.getloadavg()[0]:.2f}"
+        )
+        if LG in self.versions:
+            v = self.versions[LG]
+            print("  LangGraph venv: " + ", ".join(f"{k} {val}" for k, val in v.items()))
+            print(
+                "  LangGraph: StateGraph model -> tools (interrupt) -> model, PostgresSaver."
+                "from_conn_string (one connection per process, autocommit, no pipeline), "
+                "default durability (async), plain-dict messages"
+            )
+        tv = self.versions.get(TW, {})
+        print(
+            f"  toolnexus-web {git_describe()}: " + ", ".join(f"{k} {val}" for k, val in tv.items())
+        )
+        print(
+            f"  toolnexus-web: DATABASE_POOL={'1' if a.pool else '0'} "
+            f"(pool {'on' if getattr(self, 'tw_pool', a.pool) else 'off'}), DJANGO_DEBUG=0, "
+            f"REDIS_URL unset (in-memory channel layer), agent "
+            f"{TW_AGENT if a.tw_agent == 'bench' else 'demo'}, worker loop = Worker.run_forever"
+        )
+        print(
+            "  statements: counted in each process by wrapping psycopg Cursor.execute/"
+            "executemany (pg_stat_statements is not preloaded on this server); transactions: "
+            "pg_stat_database xact_commit + xact_rollback of the bench database"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "settings": {k: str(v) for k, v in vars(self.args).items()},
+            "versions": self.versions,
+            "results": self.results,
+        }
+
+
+def git_describe() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        return f"{rev}{' (uncommitted changes)' if dirty else ''}"
+    except OSError:
+        return "(no git)"
+
+
+def _raise_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return run_child(argv[1], argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=500, help="N: runs per phase (default 500)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--warmup", type=int, default=10, help="warm-up operations per process")
+    ap.add_argument("--quick", action="store_true", help="N=50, 1 round, 5 warm-ups: a smoke check")
+    ap.add_argument("--no-langgraph", action="store_true", help="run toolnexus-web alone")
+    ap.add_argument(
+        "--pool",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="toolnexus-web with DATABASE_POOL=1 (default) or without",
+    )
+    ap.add_argument(
+        "--tw-agent",
+        choices=["bench", "demo"],
+        default="bench",
+        help="toolnexus-web agent: the shared fake model (default) or the demo agent",
+    )
+    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="LangGraph's bench venv")
+    ap.add_argument("--json", type=Path, help="also write every round's figures here")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs, args.rounds, args.warmup = 50, 1, 5
+    if args.runs < 10 or args.rounds < 1 or args.warmup < 1:
+        ap.error("--runs must be >= 10, --rounds >= 1, --warmup >= 1")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_exit)
+    bench = Bench(args)
+    t0 = time.monotonic()
+    ok = False
+    try:
+        print(
+            f"python {platform.python_version()}, {os.cpu_count()} CPU(s); "
+            f"N={args.runs}, rounds={args.rounds}, warm-up={args.warmup}, "
+            f"pool={'on' if args.pool else 'off'}",
+            flush=True,
+        )
+        bench.setup()
+        bench.run()
+        bench.report()
+        if args.json:
+            args.json.write_text(json.dumps(bench.to_json(), indent=2) + "\n")
+        ok = True
+    except BenchError as exc:
+        print(f"\nbench failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        bench.cleanup()
+        kept = "" if ok else f"; logs kept in {bench.tmp}"
+        print(f"\n(total {time.monotonic() - t0:.0f} s; databases dropped{kept})")
+        if ok:
+            shutil.rmtree(bench.tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
