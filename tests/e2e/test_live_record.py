@@ -9,7 +9,6 @@ page's WebSocket (`window.__ws`: `hold()`, `release()`, `queue`, `log`)."""
 from __future__ import annotations
 
 import re
-import secrets
 import time
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from .conftest import WAIT, App
+from .test_inbox import card_of, halted_run, open_inbox, tag
 
 pytestmark = pytest.mark.e2e
 
@@ -53,10 +53,6 @@ HOLD_WS = """
 # -- helpers -------------------------------------------------------------------------------
 
 
-def tag() -> str:
-    return secrets.token_hex(3)
-
-
 def login(context: BrowserContext, app: App, username: str, *, hold: bool | None = None) -> Page:
     page = context.new_page()
     if hold is not None:
@@ -73,39 +69,12 @@ def sign_in(page: Page, app: App, username: str) -> None:
     page.wait_for_url(app.url("/"))
 
 
-def open_inbox(page: Page, app: App, query: str = "") -> None:
-    page.goto(app.url("/" + (f"?{query}" if query else "")))
-    expect(page.locator("#live[data-ws-open]")).to_have_count(1)
-
-
-def wait_run(api: httpx.Client, run_id: int, *statuses: str) -> dict:
-    deadline = time.monotonic() + WAIT
-    while True:
-        run = api.get(f"/api/runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} stayed {run['status']}"
-        time.sleep(0.1)
-
-
-def halted_run(api: httpx.Client, prompt: str) -> tuple[int, str]:
-    response = api.post("/api/runs", json={"agent": "demo", "prompt": prompt})
-    assert response.status_code == 201, response.text
-    run_id = response.json()["id"]
-    run = wait_run(api, run_id, "pending")
-    return run_id, run["pending"]["request"]["id"]
-
-
 def wait_decided(api: httpx.Client, request_id: str) -> dict:
     deadline = time.monotonic() + WAIT
     while (row := api.get(f"/api/requests/{request_id}").json())["state"] == "pending":
         assert time.monotonic() < deadline, f"request {request_id} stayed pending"
         time.sleep(0.1)
     return row
-
-
-def card_of(page: Page, request_id: str) -> Locator:
-    return page.locator(f'article.card[data-request-id="{request_id}"]')
 
 
 def decline_button(card: Locator) -> Locator:
