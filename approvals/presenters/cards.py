@@ -302,15 +302,16 @@ def decision_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
 
 def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     """A decision as its own decider reads it: "You declined: <reason> (...)"."""
-
     title = request_title(row, tool_names)[:120]
     if row.state == "declined":
         return format_html("You declined: {} — {}", row.reason or "declined", title)
-    if row.state == "approved" and tool_names:
+    if row.state in ("approved", "answered") and tool_names:
         names = list(tool_names)
         joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         if len(names) > 1:
             return format_html("You sent your decisions on {}", joined)
+        if row.state == "answered":  # a relay call's result, typed by the reviewer
+            return format_html("You sent the result for {}", joined)
         return format_html("You approved {}", joined)
     verb = {"approved": "approved", "answered": "answered", "cancelled": "cancelled"}
     return format_html("You {}: {}", verb.get(row.state, row.state), title)

@@ -468,3 +468,17 @@ def test_cards_and_buttons_have_names_that_say_what_they_act_on(reviewer):
     assert 'aria-label="relay call from demo: refund A-2002, 40"' in html
     assert re.search(r"Approve<span class=\"visually-hidden\"> refund A-2002</span>", html)
     assert re.search(r"Decline<span class=\"visually-hidden\"> refund A-2002</span>", html)
+
+
+def test_your_own_typed_result_is_confirmed_as_a_result_not_an_approval(
+    reviewer, typed_output_agent
+):
+    run = start_and_halt(user=reviewer, agent=typed_output_agent, prompt="Refund A-7 $5")
+    response = session_client(reviewer).post(
+        f"/requests/{pending(run).request_id}/output/",
+        {"output": "refunded by hand"},
+        headers={"HX-Request": "true"},
+    )
+    body = response.content.decode()
+    assert "You sent the result for refund" in body
+    assert "You approved" not in body and "You answered" not in body
