@@ -136,6 +136,46 @@ async def test_foreign_origin_is_refused():
     await comm.disconnect()
 
 
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"http://testserver:3000", b"testserver"),  # another port of the same host
+        (b"http://testserver", b"testserver:8000"),
+        (b"http://evil.example", b"testserver"),
+        (b"null", b"testserver"),
+        (b"http://evil.example", b"evil.example"),  # a Host not in ALLOWED_HOSTS
+    ],
+)
+async def test_an_origin_other_than_the_sockets_own_is_refused(origin, host):
+    reviewer = await user_of("reviewer")
+    cookie = await database_sync_to_async(_session_cookie)(reviewer)
+    comm = WebsocketCommunicator(
+        application,
+        "/ws/inbox/",
+        headers=[(b"origin", origin), (b"host", host), (b"cookie", f"sessionid={cookie}".encode())],
+    )
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert not connected
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [(b"http://testserver:8000", b"testserver:8000"), (b"https://testserver", b"testserver:443")],
+)
+async def test_the_sockets_own_origin_with_its_port_is_accepted(origin, host):
+    reviewer = await user_of("reviewer")
+    cookie = await database_sync_to_async(_session_cookie)(reviewer)
+    comm = WebsocketCommunicator(
+        application,
+        "/ws/inbox/",
+        headers=[(b"origin", origin), (b"host", host), (b"cookie", f"sessionid={cookie}".encode())],
+    )
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected
+    await comm.disconnect()
+
+
 async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
