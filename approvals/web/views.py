@@ -177,7 +177,8 @@ def _outcome(request: HttpRequest, request_id: str, message: str, level: str) ->
 
 
 def _decision_view(fn):
-    return require_POST(login_required(fn))
+    # Permission first: nothing a watcher posts is parsed (a deep JSON value included).
+    return require_POST(login_required(permission_required(DECIDE, raise_exception=True)(fn)))
 
 
 def _confirm(
@@ -206,8 +207,10 @@ def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
     raw = request.POST.get("input")
     try:
         edited = strict_json_loads(raw) if raw else None
-    except ValueError:
-        return _outcome(request, request_id, "The edited arguments are not valid JSON.", "error")
+    except ValueError as exc:
+        return _outcome(
+            request, request_id, f"The edited arguments are not valid JSON: {exc}", "error"
+        )
     if not request.POST.get("confirmed") and can_decide(request.user):
         row = _get_request(request_id)
         if (

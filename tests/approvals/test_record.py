@@ -482,3 +482,48 @@ def test_your_own_typed_result_is_confirmed_as_a_result_not_an_approval(
     body = response.content.decode()
     assert "You sent the result for refund" in body
     assert "You approved" not in body and "You answered" not in body
+
+
+# -- deep JSON is refused the same way everywhere, permission first -------------------------
+
+DEEP = "[" * 2000 + "]" * 2000
+
+
+def test_deep_json_from_a_watcher_is_403_before_it_is_parsed(reviewer):
+    run = start_and_halt(user=reviewer, prompt="Delete account acct-42")
+    request = pending(run)
+    watcher = make_user(role="watcher")
+    response = session_client(watcher).post(
+        f"/requests/{request.request_id}/approve/", {"input": DEEP, "confirmed": "1"}
+    )
+    assert response.status_code == 403
+    assert "approvals.decide_request" in response.content.decode()
+    assert pending(run) == request
+
+
+@pytest.mark.parametrize("htmx", [False, True])
+def test_deep_json_from_a_reviewer_is_a_clear_error_and_decides_nothing(reviewer, htmx):
+    run = start_and_halt(user=reviewer, prompt="Delete account acct-42")
+    request = pending(run)
+    headers = {"HX-Request": "true"} if htmx else {}
+    response = session_client(reviewer).post(
+        f"/requests/{request.request_id}/approve/",
+        {"input": DEEP, "confirmed": "1"},
+        headers=headers,
+        follow=not htmx,
+    )
+    assert response.status_code == 200
+    assert "nested more than 64 levels deep" in response.content.decode()
+    assert pending(run) == request
+
+
+def test_deep_json_through_the_api_is_400(reviewer):
+    run = start_and_halt(user=reviewer, prompt="Delete account acct-42")
+    request = pending(run)
+    response = session_client(reviewer).post(
+        f"/api/requests/{request.request_id}/approve",
+        data='{"input": {"account": ' + DEEP + "}}",
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert pending(run) == request
