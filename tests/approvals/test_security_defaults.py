@@ -391,3 +391,12 @@ def test_templates_have_no_inline_script_or_style():
                 for match in re.finditer(pattern, text):
                     offenders.append(f"{path.relative_to(ROOT)}: {match.group(0)!r}")
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("password", ["password123", "12345678901"])
+def test_common_and_numeric_passwords_are_refused(password):
+    from django.contrib.auth.password_validation import validate_password
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError):
+        validate_password(password)
