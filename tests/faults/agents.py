@@ -28,9 +28,10 @@ Kill points (the worker SIGKILLs itself there, the FIRST time only: a marker fil
 Every side effect appends `<tag> <tool> <call id>` to `$TOOLNEXUS_FAULTS_DIR/effects.log`, so
 a test counts how often each one really happened.
 
-Two database faults ride on the audit trail's `post_save`, inside the service's transaction:
-a decision whose reason contains `slow` sleeps `$TOOLNEXUS_FAULTS_SLOW_SECONDS` (a slow path
-between the decision's row lock and its commit), and a run whose prompt says `kill=db_store`
+Two database faults ride on `post_save`, inside the writing transaction: a decision whose
+reason contains `slow` sleeps `$TOOLNEXUS_FAULTS_SLOW_SECONDS` when its request row is saved
+(a slow path between the decision's row lock and its commit; the audit events of a decision
+are one bulk insert, which sends no `post_save`), and a run whose prompt says `kill=db_store`
 has its worker's database connection terminated while `run_done` is being stored (once).
 """
 
@@ -50,7 +51,7 @@ from django.db import connection
 from django.db.models.signals import post_save
 
 from approvals import agents
-from approvals.models import Event, Run
+from approvals.models import ApprovalRequest, Event, Run
 from toolnexus import (
     InProcessRequest,
     InProcessResponse,
@@ -281,14 +282,15 @@ def _print_exception(sender, request=None, **kwargs) -> None:
     sys.stderr.flush()
 
 
+def _on_decision(sender, instance: ApprovalRequest, created: bool, **kwargs) -> None:
+    if not created and instance.decided_at is not None and "slow" in (instance.reason or ""):
+        time.sleep(float(os.environ.get(SLOW_ENV, "0.8")))
+
+
 def _on_event(sender, instance: Event, created: bool, **kwargs) -> None:
     if not created:
         return
-    detail = instance.detail if isinstance(instance.detail, dict) else {}
-    if instance.action.startswith("request_") and instance.action != "request_created":
-        if "slow" in str(detail.get("reason") or ""):
-            time.sleep(float(os.environ.get(SLOW_ENV, "0.8")))
-    elif instance.action == "run_done" and connection.vendor == "postgresql":
+    if instance.action == "run_done" and connection.vendor == "postgresql":
         prompt = Run.objects.filter(pk=instance.run_id).values_list("prompt", flat=True).first()
         config = parse(prompt or "")
         if config["kill"] == "db_store" and _first_time(f"dbdrop-{config.get('tag')}"):
@@ -311,6 +313,9 @@ if os.environ.get(DIR_ENV):
         replace=True,
     )
     post_save.connect(_on_event, sender=Event, dispatch_uid="tests.faults.agents.on_event")
+    post_save.connect(
+        _on_decision, sender=ApprovalRequest, dispatch_uid="tests.faults.agents.on_decision"
+    )
     # With DEBUG off, Django logs a 500's traceback nowhere visible (and a second
     # django.setup() in the ASGI module resets django.request's handlers): print it here.
     got_request_exception.connect(_print_exception, dispatch_uid="tests.faults.agents.500")
