@@ -228,12 +228,17 @@ class RequestCard:
         return f"{self.kind_label} {self.row.request_id}"[:120]
 
 
+def joined_names(names: Sequence[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def request_title(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     """A human headline: relay prompts are machine text ("relay tool call x to ..."), and a
     question's prompt repeats the questions the card lists anyway."""
     if row.kind == "tool_call" and tool_names:
-        names = list(tool_names)
-        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        joined = joined_names(tool_names)
         return f"The agent wants to run {joined}"
     if row.kind == "question":
         count = len(_questions(row.data))
@@ -306,9 +311,8 @@ def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     if row.state == "declined":
         return format_html("You declined: {} — {}", row.reason or "declined", title)
     if row.state in ("approved", "answered") and tool_names:
-        names = list(tool_names)
-        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        if len(names) > 1:
+        joined = joined_names(tool_names)
+        if len(tool_names) > 1:
             return format_html("You sent your decisions on {}", joined)
         if row.state == "answered":  # a relay call's result, typed by the reviewer
             return format_html("You sent the result for {}", joined)

@@ -136,6 +136,19 @@ async def test_foreign_origin_is_refused():
     await comm.disconnect()
 
 
+async def _connects_from(origin: bytes, host: bytes) -> bool:
+    reviewer = await user_of("reviewer")
+    cookie = await database_sync_to_async(_session_cookie)(reviewer)
+    comm = WebsocketCommunicator(
+        application,
+        "/ws/inbox/",
+        headers=[(b"origin", origin), (b"host", host), (b"cookie", f"sessionid={cookie}".encode())],
+    )
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    await comm.disconnect()
+    return connected
+
+
 @pytest.mark.parametrize(
     ("origin", "host"),
     [
@@ -147,16 +160,7 @@ async def test_foreign_origin_is_refused():
     ],
 )
 async def test_an_origin_other_than_the_sockets_own_is_refused(origin, host):
-    reviewer = await user_of("reviewer")
-    cookie = await database_sync_to_async(_session_cookie)(reviewer)
-    comm = WebsocketCommunicator(
-        application,
-        "/ws/inbox/",
-        headers=[(b"origin", origin), (b"host", host), (b"cookie", f"sessionid={cookie}".encode())],
-    )
-    connected, _ = await comm.connect(timeout=TIMEOUT)
-    assert not connected
-    await comm.disconnect()
+    assert not await _connects_from(origin, host)
 
 
 @pytest.mark.parametrize(
@@ -164,16 +168,7 @@ async def test_an_origin_other_than_the_sockets_own_is_refused(origin, host):
     [(b"http://testserver:8000", b"testserver:8000"), (b"https://testserver", b"testserver:443")],
 )
 async def test_the_sockets_own_origin_with_its_port_is_accepted(origin, host):
-    reviewer = await user_of("reviewer")
-    cookie = await database_sync_to_async(_session_cookie)(reviewer)
-    comm = WebsocketCommunicator(
-        application,
-        "/ws/inbox/",
-        headers=[(b"origin", origin), (b"host", host), (b"cookie", f"sessionid={cookie}".encode())],
-    )
-    connected, _ = await comm.connect(timeout=TIMEOUT)
-    assert connected
-    await comm.disconnect()
+    assert await _connects_from(origin, host)
 
 
 async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
