@@ -406,7 +406,7 @@ def pooled(phases: list[Phase], variant: str, r: int, metric: str) -> list[float
 
 def read_traces(topo: Topology) -> dict[int, tuple[float, float, float, float, int]]:
     """BENCH-TRACE lines from the servers' logs: pk -> (queued, build start, build end,
-    group_send returned, broadcaster queue depth when queued)."""
+    group_send returned, 0: the publisher has no queue)."""
     out = {}
     for p in topo.servers:
         try:
@@ -423,9 +423,9 @@ def read_traces(topo: Topology) -> dict[int, tuple[float, float, float, float, i
 def print_trace(phases: list[Phase], traces, rs: list[int]) -> None:
     print("(b) for ours, split with --trace (ms; p50 / p95 over the traced decisions)")
     parts = [
-        "POST -> queued after commit",
-        "wait in light-lane queue",
-        "build light message (query)",
+        "POST -> commit hook",
+        "commit hook -> build",
+        "build message",
         "send() call (Redis)",
         "send() returned -> client",
     ]

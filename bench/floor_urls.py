@@ -8,10 +8,11 @@ is left is Django's middleware stack, one UPDATE, and one Redis publish. decisio
 times it exactly like the real `POST /api/requests/{id}/decline`.
 
 With BENCH_TRACE=1 in the environment (decision_latency.py --trace), the server also wraps
-the app's broadcaster (approvals.live.publisher, untouched on disk) to print one line per pushed
-decision to its log: when the change was queued after commit, when the light lane started
-and finished building its message, and when the group_send returned, all on the machine-wide
-monotonic clock (time.perf_counter), so the bench can split (b) into its parts.
+the app's publisher (approvals.live.publisher, untouched on disk) to print one line per pushed
+decision to its log: when the commit hook started, when building its messages started and
+finished, and when the group_send returned, all on the machine-wide monotonic clock
+(time.perf_counter), so the bench can split (b) into its parts. (The last field, once a queue
+depth, is always 0: the publisher sends from the commit hook, with no queue.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -30,7 +32,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from approvals.live.publisher import INBOX_GROUP
+from approvals.live.groups import INBOX_GROUP
 from approvals.models import ApprovalRequest
 from toolnexus_web.urls import urlpatterns as app_urlpatterns
 
@@ -44,57 +46,56 @@ def floor_decline(request: HttpRequest, pk: int) -> JsonResponse:
     )
     async_to_sync(get_channel_layer().group_send)(
         INBOX_GROUP,
-        {
+        {  # the app's message for a decision: a pending page drops the card at once
             "type": "approvals.request",
+            "change": uuid.uuid4().hex,
             "request_pk": pk,
+            "run_id": 0,
             "agent": "demo",
             "kind": "tool_call",
             "state": "declined",
             "created": False,
-            "cards": None,  # the app's light message: what a page needs to drop the card
             "toast": "",
-            "pending_count": 0,
+            "decided_by": None,
+            "own_toast": "",
         },
     )
     return JsonResponse({"updated": updated})
 
 
 def _install_trace() -> None:
-    from approvals.live import publisher as broadcast
+    from approvals import events
+    from approvals.live import publisher
 
-    changed, build, send = broadcast.changed, broadcast.build_light_messages, broadcast.send
-    queued: dict[int, tuple[float, int]] = {}
+    build, send = publisher.messages_for, publisher.send
     local = threading.local()
 
-    def traced_changed(*, run_id: int, request_pk: int | None = None, created: bool = False, **kw):
-        if request_pk is not None and not created:
-            queued[request_pk] = (time.perf_counter(), broadcast._light_lane.queue.qsize())
-        changed(run_id=run_id, request_pk=request_pk, created=created, **kw)
-
-    def traced_build(*, run_id: int, request_pk: int | None, created: bool, **kw):
+    def traced_build(*, request_pk: int | None, created: bool, **kw):
         t0 = time.perf_counter()
-        out = build(run_id=run_id, request_pk=request_pk, created=created, **kw)
-        if not hasattr(local, "items"):
-            local.items = []
-        local.items.append((request_pk, t0, time.perf_counter()))
+        out = build(request_pk=request_pk, created=created, **kw)
+        if request_pk is not None and not created:
+            local.items = [(request_pk, t0, time.perf_counter())]
         return out
 
-    def traced_send(messages, **kwargs):
-        send(messages, **kwargs)
+    def traced_send(messages):
+        send(messages)
         items, local.items = getattr(local, "items", []), []
         sent = time.perf_counter()
-        for pk, b0, b1 in items:  # only the light lane builds light messages
-            if pk in queued:
-                q, depth = queued.pop(pk)
-                print(
-                    f"BENCH-TRACE {pk} {q:.6f} {b0:.6f} {b1:.6f} {sent:.6f} {depth}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        for pk, b0, b1 in items:
+            print(
+                f"BENCH-TRACE {pk} {local.hooked:.6f} {b0:.6f} {b1:.6f} {sent:.6f} 0",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    broadcast.changed = traced_changed
-    broadcast.build_light_messages = traced_build
-    broadcast.send = traced_send
+    def traced_on_change(sender, **kw):
+        local.hooked = time.perf_counter()
+        publisher._on_change(sender, **kw)
+
+    publisher.messages_for = traced_build
+    publisher.send = traced_send
+    events.changed.disconnect(dispatch_uid="approvals.live.publisher")
+    events.changed.connect(traced_on_change, dispatch_uid="bench.trace", weak=False)
 
 
 if os.environ.get("BENCH_TRACE") == "1":

@@ -808,8 +808,6 @@ def profile_summary(path: Path, top: int = 8) -> list[str]:
 def _thread_role(frames: list[str]) -> str:
     """Which thread a sample came from, told by the frames it started with."""
     joined = ";".join(frames)
-    if "_loop (approvals/broadcast.py)" in joined:
-        return "broadcaster"
     if "heartbeat (approvals/worker.py)" in joined:
         return "heartbeat"
     if "run_forever (approvals/worker.py)" in joined:

@@ -22,13 +22,3 @@ def pytest_configure(config):
 @pytest.fixture
 def on_postgres(settings):
     return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
-
-
-@pytest.fixture(autouse=True)
-def _flush_live_pushes(request):
-    """Let the broadcaster thread finish this test's pushes while the test database exists."""
-    yield
-    if "django_db_setup" in request.fixturenames or request.node.get_closest_marker("django_db"):
-        from approvals.live import publisher as broadcast
-
-        broadcast.flush()

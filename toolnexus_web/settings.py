@@ -169,7 +169,6 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "approvals.web.middleware.requests_in_flight_middleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

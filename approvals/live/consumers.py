@@ -1,8 +1,9 @@
 """Websocket consumers: authenticated, thin, read-only.
 
 On connect each sends the page's live region re-rendered from the database, so a reconnect
-heals any missed message; afterwards it forwards the broadcaster's pre-rendered fragments
-that fit its page. Nothing here writes: decisions are HTTP POSTs.
+heals any missed message; afterwards, on each change the publisher announces, it sends the
+fragments its page shows (`rendering`: rendered once per change and variant, only when some
+page needs them). Nothing here writes: decisions are HTTP POSTs.
 
 A page stays live only while its viewer may see it: a sign-out closes the sockets of that
 session at once (`approvals.session` messages to the user's group, see apps.py), and before
@@ -24,13 +25,10 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.middleware.csrf import CSRF_SECRET_LENGTH, _mask_cipher_secret
-from django.utils.html import format_html
-from django.utils.safestring import mark_safe
 
-from ..models import Run
 from ..presenters.pages import inbox_filters
-from . import publisher as broadcast
+from . import rendering
+from .groups import INBOX_GROUP, run_group, user_group
 
 try:  # what Daphne's websocket layer raises on a send after the client went away
     from autobahn.exception import Disconnected as ClientGone
@@ -51,7 +49,6 @@ class _Base(AsyncWebsocketConsumer):
     permission = ""
 
     async def connect(self) -> None:
-        broadcast.note_server_loop()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
@@ -60,8 +57,6 @@ class _Base(AsyncWebsocketConsumer):
         if not allowed:
             await self.close(code=4403)
             return
-        self.variant = "decide" if self.can_decide else "view"
-        self.csrf_token = self._csrf_token()
         self.user_id = user.pk
         session = self.scope.get("session")
         self.session_key = getattr(session, "session_key", None)
@@ -74,18 +69,13 @@ class _Base(AsyncWebsocketConsumer):
         await self.push(await database_sync_to_async(self.snapshot)(user))
 
     def _groups(self) -> list[str]:
-        return [*self.live_groups(), broadcast.user_group(self.user_id)]
-
-    def _csrf_token(self) -> str:
-        """A fresh masked token for the page's CSRF cookie, as Django's own forms carry."""
-        secret = self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
-        if len(secret) == CSRF_SECRET_LENGTH and secret.isalnum():
-            return _mask_cipher_secret(secret)
-        return ""  # no cookie: htmx posts still send the page's token as a header
+        return [*self.live_groups(), user_group(self.user_id)]
 
     async def push(self, html: str) -> None:
+        if not html:
+            return
         try:
-            await self.send(text_data=broadcast.personalize(html, self.csrf_token))
+            await self.send(text_data=html)
         except ClientGone:
             # The page closed while a push was on its way; its next connect re-renders.
             return
@@ -127,7 +117,6 @@ class _Base(AsyncWebsocketConsumer):
             await self._end(code)
             return False
         self.can_decide = can_decide
-        self.variant = "decide" if can_decide else "view"
         self.checked_at = time.monotonic()
         return True
 
@@ -186,7 +175,7 @@ class InboxConsumer(_Base):
     permission = "approvals.view_approvalrequest"
 
     def live_groups(self) -> list[str]:
-        return [broadcast.INBOX_GROUP]
+        return [INBOX_GROUP]
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
@@ -196,89 +185,76 @@ class InboxConsumer(_Base):
         await super().connect()
 
     def snapshot(self, user) -> str:
-        return broadcast.as_oob(
-            broadcast.render_request_list(user, self.filters, self.page), "section"
-        )
+        return rendering.request_list(user, self.filters, self.page)
 
     def _matches(self, event: dict) -> bool:
         return (not self.filters["agent"] or self.filters["agent"] == event["agent"]) and (
             not self.filters["kind"] or self.filters["kind"] == event["kind"]
         )
 
+    def _counts_pending(self) -> bool:
+        """An unfiltered list of pending requests: its header counts them all."""
+        return self.filters == {"agent": "", "kind": "", "state": "pending"}
+
     async def approvals_request(self, event: dict) -> None:
-        """A decision comes twice: light (no cards, no count) at once, then full (rendered
-        cards and the pending count). A page that drops the card acts on the light one and
-        takes only the count from the full one; a page that shows the card waits for the
-        full one. A new request comes once, full."""
+        """A request was created or changed. A page that shows it gets its card (a new one on
+        top of page one, a changed one in place); a page that no longer shows it drops it at
+        once, before anything is rendered. The pending count follows in a frame of its own,
+        so counting a large inbox never delays the rest."""
         if not self._matches(event) or not await self.still_allowed():
             return
-        shows_card = self.filters["state"] in ("all", event["state"])
-        light = event["cards"] is None
-        if light and shows_card:
-            return
         dom_id = f"request-{event['request_pk']}"
-        html, toast = "", True
-        if light:
-            html = f'<div id="{dom_id}" hx-swap-oob="delete"></div>'
-        elif not shows_card:
-            toast = False  # the light message dropped the card and showed the toast
-        elif event["created"] and str(self.page) == "1":
-            card = event["cards"][self.variant]
-            html = (
-                f'<div hx-swap-oob="afterbegin:#request-cards">{card}</div>'
-                '<div id="inbox-empty" hx-swap-oob="delete"></div>'
+        shows_card = self.filters["state"] in ("all", event["state"])
+        created = event["created"]
+        card, drop = "", ""
+        if shows_card and not (created and str(self.page) != "1"):
+            card = await database_sync_to_async(rendering.changed_card)(
+                event["request_pk"],
+                change=event["change"],
+                can_decide=self.can_decide,
+                oob=not created,
             )
-        else:
-            html = broadcast.as_oob(event["cards"][self.variant], "article")
-        count = event["pending_count"]
-        if (
-            count is not None
-            and self.filters["state"] == "pending"
-            and not self.filters["agent"]
-            and not self.filters["kind"]
-        ):
-            plural = "" if count == 1 else "s"
-            html += f'<p class="count" id="request-count" hx-swap-oob="true">{count} request{plural} pending</p>'
-        # Toast texts were escaped by the broadcaster (format_html); a channel layer that
-        # serializes (Redis) hands them over as plain str, which must not be escaped twice.
-        if toast and event["state"] == "pending":
-            html += format_html(
-                '<div hx-swap-oob="beforeend:#toasts"><p class="toast">{}</p></div>',
-                mark_safe(event["toast"]),
-            )
-        elif toast:
-            # A decision: its decider's own pages confirm it as theirs ("You declined: ..."),
-            # everybody else's say who decided. `data-request` lets a page tell which card the
-            # news is about (the deciding tab keeps its own answer's toast, not this one).
-            own = event.get("decided_by") is not None and event["decided_by"] == self.user_id
-            text = event["own_toast"] if own and event.get("own_toast") else event["toast"]
-            html += format_html(
-                '<div hx-swap-oob="beforeend:#toasts"><p class="toast{}" data-request="{}">{}</p></div>',
-                " success" if own else "",
-                dom_id,
-                mark_safe(text),
-            )
-        if html:
-            await self.push(html)
+        elif not shows_card and not created:
+            drop = dom_id
+        await self.push(
+            rendering.inbox_update(card=card, prepend=created, drop=drop, toast=self._toast(event))
+        )
+        if self._counts_pending():
+            count = await database_sync_to_async(rendering.pending_count)(change=event["change"])
+            await self.push(rendering.pending_count_html(count))
+
+    def _toast(self, event: dict) -> dict:
+        if event["state"] == "pending":
+            return {"text": event["toast"]}
+        # A decision: its decider's own pages confirm it as theirs ("You declined: ..."),
+        # everybody else's say who decided. `about` lets a page tell which card the news is
+        # about (the deciding tab keeps its own answer's toast, not this one).
+        own = event.get("decided_by") is not None and event["decided_by"] == self.user_id
+        text = event["own_toast"] if own and event.get("own_toast") else event["toast"]
+        return {
+            "text": text,
+            "level": "success" if own else "",
+            "about": f"request-{event['request_pk']}",
+        }
 
 
 class RunConsumer(_Base):
     permission = "approvals.view_run"
 
+    @property
+    def run_id(self) -> int:
+        return self.scope["url_route"]["kwargs"]["run_id"]
+
     def live_groups(self) -> list[str]:
-        return [broadcast.run_group(self.scope["url_route"]["kwargs"]["run_id"])]
+        return [run_group(self.run_id)]
 
     def snapshot(self, user) -> str:
-        run = (
-            Run.objects.select_related("started_by")
-            .filter(pk=self.scope["url_route"]["kwargs"]["run_id"])
-            .first()
-        )
-        if run is None:
-            return '<div id="run-body" hx-swap-oob="true"><p class="notice error">This run no longer exists.</p></div>'
-        return broadcast.as_oob(broadcast.render_run_body(run, can_decide=self.can_decide), "div")
+        return rendering.run_body(self.run_id, can_decide=self.can_decide)
 
     async def approvals_run(self, event: dict) -> None:
         if not await self.still_allowed():
             return
-        await self.push(broadcast.as_oob(event["bodies"][self.variant], "div"))
+        html = await database_sync_to_async(rendering.run_body)(
+            self.run_id, can_decide=self.can_decide, change=event["change"]
+        )
+        await self.push(html)

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.utils.html import format_html
-
 from .. import agents
 from ..domain.arguments import diff
 from ..models import ApprovalRequest, RequestCall
@@ -296,26 +294,27 @@ def request_card(
 
 
 def decision_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
-    """A change as everybody else reads it: "New request from ...", "Already declined by ..."."""
+    """A change as everybody else reads it: "New request from ...", "Already declined by ...".
+    Plain text: pages escape it."""
     title = request_title(row, tool_names)[:120]
     if row.state == "pending":
-        return format_html("New request from {}: {}", row.agent, title)
+        return f"New request from {row.agent}: {title}"
     who = row.decided_by.get_username() if row.decided_by else "the system"
     when = f"{row.decided_at:%H:%M:%S} UTC" if row.decided_at else "just now"
-    return format_html("Already {} by {} at {}: {}", row.state, who, when, title)
+    return f"Already {row.state} by {who} at {when}: {title}"
 
 
 def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     """A decision as its own decider reads it: "You declined: <reason> (...)"."""
     title = request_title(row, tool_names)[:120]
     if row.state == "declined":
-        return format_html("You declined: {} — {}", row.reason or "declined", title)
+        return f"You declined: {row.reason or 'declined'} — {title}"
     if row.state in ("approved", "answered") and tool_names:
         joined = joined_names(tool_names)
         if len(tool_names) > 1:
-            return format_html("You sent your decisions on {}", joined)
+            return f"You sent your decisions on {joined}"
         if row.state == "answered":  # a relay call's result, typed by the reviewer
-            return format_html("You sent the result for {}", joined)
-        return format_html("You approved {}", joined)
+            return f"You sent the result for {joined}"
+        return f"You approved {joined}"
     verb = {"approved": "approved", "answered": "answered", "cancelled": "cancelled"}
-    return format_html("You {}: {}", verb.get(row.state, row.state), title)
+    return f"You {verb.get(row.state, row.state)}: {title}"

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import resolve_url
-from django.utils.decorators import sync_and_async_middleware
-
-from ..live import publisher as broadcast
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -64,29 +60,3 @@ def signed_out_for_htmx(request: HttpRequest, response: HttpResponse) -> HttpRes
     signed_out = HttpResponse(SIGNED_OUT_TEXT, status=401, content_type="text/plain; charset=utf-8")
     signed_out["WWW-Authenticate"] = 'Session realm="toolnexus"'
     return signed_out
-
-
-@sync_and_async_middleware
-def requests_in_flight_middleware(get_response):
-    """Count the HTTP requests this process is serving, so the broadcaster renders live
-    fragments between them rather than competing with them for the interpreter, and send a
-    request's light pushes once its view has returned."""
-    if iscoroutinefunction(get_response):
-
-        async def middleware(request: HttpRequest) -> HttpResponse:
-            token = broadcast.request_started()
-            try:
-                return await get_response(request)
-            finally:
-                broadcast.request_finished(token)
-
-    else:
-
-        def middleware(request: HttpRequest) -> HttpResponse:
-            token = broadcast.request_started()
-            try:
-                return get_response(request)
-            finally:
-                broadcast.request_finished(token)
-
-    return middleware

@@ -14,8 +14,8 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import defaults
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -162,15 +162,13 @@ def _outcome(request: HttpRequest, request_id: str, message: str, level: str) ->
         toast = message
         if level == "success" and row.state != ApprovalRequest.State.PENDING:
             toast = cards.own_toast(row, row.relay_tool_names())
-        response.write(
-            format_html(
-                '<div hx-swap-oob="beforeend:#toasts"><p class="toast {}" role="{}" data-request="request-{}">{}</p></div>',
-                level,
-                "status" if level == "success" else "alert",
-                row.pk,
-                toast,
-            )
-        )
+        toast_context = {
+            "text": toast,
+            "level": level,
+            "role": "status" if level == "success" else "alert",
+            "about": f"request-{row.pk}",
+        }
+        response.write(render_to_string("approvals/_live.html#toast", {"toast": toast_context}))
         return response
     getattr(messages, level)(request, message)
     return redirect(_next_url(request))
@@ -511,7 +509,5 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
     if _is_api(request):
         return JsonResponse({"detail": message}, status=403)
     if request.headers.get("HX-Request") == "true":
-        return HttpResponse(
-            format_html('<p class="notice error" data-denied>{}</p>', message), status=403
-        )
+        return render(request, "403.html#denied", {"message": message}, status=403)
     return render(request, "403.html", {"message": message}, status=403)

@@ -1,29 +1,24 @@
 """Websocket consumers through the real ASGI stack (origin check, session auth, routing).
 
 Every test talks to `toolnexus_web.asgi.application` with a `WebsocketCommunicator` and the
-session cookie of a logged-in test client, on a fresh in-memory channel layer. Writes and
-`broadcast.flush()` run in a worker thread (`database_sync_to_async`): the broadcaster hands
-in-memory sends to the event loop the consumers run on, so that loop must stay free while
-the test waits for the pushes.
+session cookie of a logged-in test client, on a fresh in-memory channel layer. Writes run in
+a worker thread (`database_sync_to_async`), as views do under the ASGI server: their commit
+hooks send the pushes on the event loop the consumers run on.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from django.middleware.csrf import _unmask_cipher_token
 from django.test import Client
 
 from approvals import services
-from approvals.live import publisher as broadcast
+from approvals.live import publisher
+from approvals.live.groups import INBOX_GROUP, run_group
 from approvals.models import ApprovalRequest, Run
 from toolnexus_web.asgi import application
 
@@ -71,14 +66,8 @@ async def user_of(role: str):
 
 
 async def in_thread(fn, *args, **kwargs):
-    """Run `fn` (writes, drain) in a thread, then wait until its pushes were sent."""
-
-    def work():
-        result = fn(*args, **kwargs)
-        broadcast.flush()
-        return result
-
-    return await database_sync_to_async(work)()
+    """Run `fn` (writes, drain) in a thread; its pushes are sent when its commits are."""
+    return await database_sync_to_async(fn)(*args, **kwargs)
 
 
 def pending_request(run: Run) -> ApprovalRequest:
@@ -179,7 +168,7 @@ async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
     try:
         assert 'id="request-list"' in snapshot
         assert "hx-swap-oob" in snapshot
-        assert snapshot.lstrip().startswith('<section hx-swap-oob="true" id="request-list"')
+        assert snapshot.lstrip().startswith('<section id="request-list" hx-swap-oob="true"')
         assert f'id="request-{row.pk}"' in snapshot
         # the watcher's variant: the card is there, its decision forms are not
         assert "/decline/" not in snapshot
@@ -226,9 +215,10 @@ async def test_a_new_pending_request_is_inserted_at_the_top():
         assert '<div id="inbox-empty" hx-swap-oob="delete"></div>' in frame
         assert 'hx-swap-oob="beforeend:#toasts"' in frame
         assert "New request from demo: The agent wants to run refund" in frame
-        # the unfiltered pending inbox also gets its live count
+        # the unfiltered pending inbox also gets its live count, in a frame of its own
+        count = await comm.receive_from(timeout=TIMEOUT)
         assert (
-            '<p class="count" id="request-count" hx-swap-oob="true">1 request pending</p>' in frame
+            count == '<p class="count" id="request-count" hx-swap-oob="true">1 request pending</p>'
         )
         # nothing else for the inbox: run-only changes go to the run group
         assert await comm.receive_nothing(timeout=0.2)
@@ -242,8 +232,10 @@ async def test_a_new_request_is_not_inserted_into_page_two():
     try:
         _, row = await halted_run(reviewer)
         frame = await comm.receive_from(timeout=TIMEOUT)
+        # page two holds older requests: the new one is announced, not inserted
         assert "afterbegin:#request-cards" not in frame
-        assert frame.lstrip().startswith(f'<article hx-swap-oob="true" id="request-{row.pk}"')
+        assert f'id="request-{row.pk}"' not in frame
+        assert "New request from demo" in frame
     finally:
         await comm.disconnect()
 
@@ -261,23 +253,20 @@ async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all()
             user=reviewer,
             reason="over the limit",
         )
-        # two frames, in either order (two lanes): the light one drops the card and says who
-        # decided; the full one carries only the new count to a page that no longer shows it
-        frames = [await pending.receive_from(timeout=TIMEOUT) for _ in range(2)]
-        deletes = [f for f in frames if 'hx-swap-oob="delete"' in f]
-        assert len(deletes) == 1, frames
-        frame = deletes[0]
+        # two frames: the first drops the card and says who decided (nothing rendered), the
+        # second carries the new count
+        frame = await pending.receive_from(timeout=TIMEOUT)
         assert frame.startswith(f'<div id="request-{row.pk}" hx-swap-oob="delete"></div>')
         assert f"Already declined by {reviewer.username} at " in frame
         assert "The agent wants to run refund" in frame
-        (count,) = [f for f in frames if f is not frame]
+        count = await pending.receive_from(timeout=TIMEOUT)
         assert (
             count == '<p class="count" id="request-count" hx-swap-oob="true">0 requests pending</p>'
         )
         assert await pending.receive_nothing(timeout=0.2)
 
         frame = await everything.receive_from(timeout=TIMEOUT)
-        assert frame.lstrip().startswith(f'<article hx-swap-oob="true" id="request-{row.pk}"')
+        assert frame.lstrip().startswith(f'<article id="request-{row.pk}" hx-swap-oob="true"')
         assert "state-declined" in frame
         assert "over the limit" in frame
         assert reviewer.username in frame
@@ -375,37 +364,69 @@ async def test_pushed_fragments_escape_hostile_text():
 # -- group membership and misbehaving clients ----------------------------------------------
 
 
-def _event(pk: int, *, state: str = "pending", created: bool = False) -> dict:
-    return {
-        "type": "approvals.request",
-        "request_pk": pk,
-        "agent": "demo",
-        "kind": "tool_call",
-        "state": state,
-        "created": created,
-        "cards": {
-            "decide": f'<article id="request-{pk}" class="card">decide variant</article>',
-            "view": f'<article id="request-{pk}" class="card">view variant</article>',
-        },
-        "toast": "hello",
-        "pending_count": 1,
-    }
+def _event(row: ApprovalRequest, *, change: str = "test", **fields) -> dict:
+    """The publisher's message about `row`, as it goes through the channel layer."""
+    message = publisher.request_message(row, created=False, change=change)
+    return {**message, **fields}
 
 
 async def test_a_message_sent_to_the_inbox_group_reaches_the_consumer():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
     watcher = await user_of("watcher")
     comm, _ = await open_socket("/ws/inbox/", watcher)
     try:
         layer = get_channel_layer()
-        await layer.group_send(broadcast.INBOX_GROUP, _event(987654))
+        await layer.group_send(INBOX_GROUP, _event(row, toast="hello"))
         frame = await comm.receive_from(timeout=TIMEOUT)
-        assert frame.startswith('<article hx-swap-oob="true" id="request-987654"')
-        assert "view variant" in frame
+        # the consumer rendered the card for its viewer: the watcher's variant, in place
+        assert frame.lstrip().startswith(f'<article id="request-{row.pk}" hx-swap-oob="true"')
+        assert "You can watch but not decide." in frame
         assert '<p class="toast">hello</p>' in frame
     finally:
         await comm.disconnect()
     # after disconnecting the consumer left the group
-    assert not get_channel_layer().groups.get(broadcast.INBOX_GROUP)
+    assert not get_channel_layer().groups.get(INBOX_GROUP)
+
+
+async def test_a_change_is_rendered_once_per_variant_however_many_pages_watch(monkeypatch):
+    from approvals.live import rendering
+
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    watcher = await user_of("watcher")
+    pages = [await open_socket("/ws/inbox/?state=all", u) for u in [reviewer] * 3 + [watcher] * 3]
+    rendered = []
+    original = rendering.card_html
+
+    def counting(row, **kwargs):
+        rendered.append(kwargs["can_decide"])
+        return original(row, **kwargs)
+
+    monkeypatch.setattr(rendering, "card_html", counting)
+    try:
+        await get_channel_layer().group_send(INBOX_GROUP, _event(row, change="once"))
+        for comm, _ in pages:
+            assert f'id="request-{row.pk}"' in await comm.receive_from(timeout=TIMEOUT)
+        assert sorted(rendered) == [False, True]  # one rendering per variant, not per page
+    finally:
+        for comm, _ in pages:
+            await comm.disconnect()
+
+
+async def test_a_change_nobody_watches_renders_nothing(monkeypatch):
+    from approvals.live import rendering
+
+    def no_rendering(*args, **kwargs):
+        raise AssertionError("rendered a fragment for no page")
+
+    for name in ("card_html", "run_body", "changed_card"):
+        monkeypatch.setattr(rendering, name, no_rendering)
+    reviewer = await user_of("reviewer")
+    run, row = await halted_run(reviewer)
+    await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
+    await in_thread(drain)
+    assert await database_sync_to_async(lambda: Run.objects.get(pk=run.pk).status)() == "done"
 
 
 async def test_the_run_consumer_joins_only_its_own_run_group():
@@ -414,18 +435,13 @@ async def test_the_run_consumer_joins_only_its_own_run_group():
     comm, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
     try:
         layer = get_channel_layer()
-        body = '<div id="run-body">{}</div>'
-        await layer.group_send(
-            broadcast.run_group(run.pk + 1000),
-            {"type": "approvals.run", "bodies": {"decide": body.format("x"), "view": "y"}},
-        )
+        other = run.pk + 1000
+        await layer.group_send(run_group(other), publisher.run_message(other, change="x"))
         assert await comm.receive_nothing(timeout=0.2)
-        await layer.group_send(
-            broadcast.run_group(run.pk),
-            {"type": "approvals.run", "bodies": {"decide": body.format("mine"), "view": "y"}},
-        )
+        await layer.group_send(run_group(run.pk), publisher.run_message(run.pk, change="y"))
         frame = await comm.receive_from(timeout=TIMEOUT)
-        assert frame == '<div hx-swap-oob="true" id="run-body">mine</div>'
+        assert frame.lstrip().startswith('<div id="run-body" hx-swap-oob="true">')
+        assert f"Run #{run.pk}" not in frame or "Waiting for a decision" in frame
     finally:
         await comm.disconnect()
 
@@ -467,7 +483,7 @@ async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
     run, row = await halted_run(reviewer)
     comm, snapshot = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
     try:
-        assert snapshot.lstrip().startswith('<div hx-swap-oob="true" id="run-body">')
+        assert snapshot.lstrip().startswith('<div id="run-body" hx-swap-oob="true">')
         assert "Waiting for a decision" in snapshot
         assert f"/requests/{row.request_id}/decline/" in snapshot
 
@@ -478,7 +494,7 @@ async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
             reason="policy says no",
         )
         frame = await comm.receive_from(timeout=TIMEOUT)
-        assert frame.lstrip().startswith('<div hx-swap-oob="true" id="run-body">')
+        assert frame.lstrip().startswith('<div id="run-body" hx-swap-oob="true">')
         assert "Waiting for a decision" not in frame
         assert "status-queued" in frame
 
@@ -498,21 +514,37 @@ async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
 CSRF_SECRET = "a" * 32  # the browser's CSRF cookie: a 32-character secret
 
 
-async def test_run_body_pushed_to_a_reviewer_keeps_its_plain_forms_postable():
-    """Cancel (and Retry) on the run page are plain POST forms, not htmx: the body the
-    socket swaps in must still carry a CSRF token for them, or they answer 403."""
+async def test_pushed_forms_carry_no_token_and_post_through_htmx():
+    """Pushed HTML is the same for every viewer: no CSRF token in it. Its forms post through
+    htmx (hx-post, or hx-boost for the run page's plain forms), which sends the token the
+    page holds in <body hx-headers>."""
     reviewer = await user_of("reviewer")
     run, _ = await halted_run(reviewer)
-    comm, snapshot = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    run_page, body = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    inbox, listing = await open_socket("/ws/inbox/", reviewer)
     try:
-        form = re.search(
-            rf'<form[^>]*action="/runs/{run.pk}/cancel/"[^>]*>.*?</form>', snapshot, re.S
-        )
-        assert form, "no cancel form in the pushed run body"
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.group(0))
-        assert token, form.group(0)
-        # a masked token for this viewer's own cookie, as Django's forms carry
-        assert _unmask_cipher_token(token.group(1)) == CSRF_SECRET
+        for html in (body, listing):
+            forms = re.findall(r"<form[^>]*>", html)
+            assert forms
+            for form in forms:
+                assert "hx-post=" in form or 'hx-boost="true"' in form, form
+            assert "csrfmiddlewaretoken" not in html
+        assert re.search(rf'<form[^>]*action="/runs/{run.pk}/cancel/"[^>]*hx-boost="true"', body)
+    finally:
+        await run_page.disconnect()
+        await inbox.disconnect()
+
+
+async def test_text_that_looks_like_a_token_placeholder_stays_text():
+    """Nothing is substituted into rendered HTML: a prompt naming the old placeholder (or
+    anything else) reaches the page as typed, and no token goes with it."""
+    reviewer = await user_of("reviewer")
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    try:
+        await halted_run(reviewer, prompt="Refund A-1001 $5 toolnexus-csrf-placeholder NOTPROVIDED")
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert "toolnexus-csrf-placeholder NOTPROVIDED" in frame
+        assert "csrfmiddlewaretoken" not in frame
     finally:
         await comm.disconnect()
 
@@ -555,33 +587,12 @@ async def test_run_consumer_refuses_a_user_without_run_permission():
     await comm.disconnect()
 
 
-def test_flush_returns_at_once_when_nothing_was_ever_queued():
-    """`flush()` is what tests (and shutdown) wait on; in a fresh process whose broadcaster
-    thread never started it must not sit out its whole timeout."""
-    code = (
-        "import time, django; django.setup(); from approvals.live import publisher as broadcast; "
-        "t = time.monotonic(); broadcast.flush(timeout=5); print(time.monotonic() - t)"
-    )
-    started = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert float(out.stdout.strip().splitlines()[-1]) < 1, out.stdout
-    assert time.monotonic() - started < 30
-
-
 async def test_a_push_to_a_page_that_just_went_away_is_dropped_quietly():
     from autobahn.exception import Disconnected
 
     from approvals.live.consumers import InboxConsumer
 
     consumer = InboxConsumer()
-    consumer.csrf_token = ""
 
     async def gone(**kwargs):
         raise Disconnected("Attempt to send on a closed protocol")
@@ -762,8 +773,11 @@ async def test_access_is_rechecked_at_most_every_few_seconds_not_per_push():
 
         consumers._Base._current_access = counting
         try:
+            row = await database_sync_to_async(pending_request)((await halted_run(reviewer))[0])
+            for _ in range(2):  # the new request's card and count
+                await comm.receive_from(timeout=TIMEOUT)
             for i in range(3):
-                await get_channel_layer().group_send(broadcast.INBOX_GROUP, _event(900 + i))
+                await get_channel_layer().group_send(INBOX_GROUP, _event(row, change=f"c{i}"))
                 await comm.receive_from(timeout=TIMEOUT)
         finally:
             consumers._Base._current_access = original
@@ -772,33 +786,17 @@ async def test_access_is_rechecked_at_most_every_few_seconds_not_per_push():
         await comm.disconnect()
 
 
-async def test_the_inbox_snapshot_forms_carry_a_token_for_the_viewers_cookie():
+async def test_toasts_travel_as_plain_text_and_are_escaped_once_by_the_page():
+    """Messages carry text, never HTML: the consumer's template escapes it exactly once."""
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
-    comm, snapshot = await open_socket("/ws/inbox/", reviewer)
-    try:
-        form = re.search(
-            rf'<form[^>]*action="/requests/{row.request_id}/decline/"[^>]*>.*?</form>',
-            snapshot,
-            re.S,
-        )
-        assert form, "no decline form in the snapshot"
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.group(0))
-        assert token and _unmask_cipher_token(token.group(1)) == CSRF_SECRET
-    finally:
-        await comm.disconnect()
-
-
-async def test_toasts_from_a_serializing_layer_are_not_escaped_twice():
-    """Redis hands the broadcaster's escaped toast over as a plain str: shown once escaped."""
     watcher = await user_of("watcher")
     comm, _ = await open_socket("/ws/inbox/", watcher)
     try:
-        event = {**_event(4242, state="declined"), "cards": None, "pending_count": None}
-        event["toast"] = "Already declined by ann at 10:00:00 UTC: Tom&#x27;s &lt;b&gt;"
-        await get_channel_layer().group_send(broadcast.INBOX_GROUP, event)
+        event = _event(row, state="declined", toast="Already declined by ann: Tom's <b>")
+        await get_channel_layer().group_send(INBOX_GROUP, event)
         frame = await comm.receive_from(timeout=TIMEOUT)
-        assert ">Already declined by ann at 10:00:00 UTC: Tom&#x27;s &lt;b&gt;</p>" in frame
+        assert ">Already declined by ann: Tom&#x27;s &lt;b&gt;</p>" in frame
     finally:
         await comm.disconnect()
 
@@ -814,5 +812,6 @@ async def test_a_viewer_whose_access_holds_keeps_getting_pushes_after_a_recheck(
             frame = await comm.receive_from(timeout=TIMEOUT)
             assert f'id="request-{row.pk}"' in frame
             assert f"/requests/{row.request_id}/decline/" in frame  # still the decide variant
+            assert "pending" in await comm.receive_from(timeout=TIMEOUT)  # the count
     finally:
         await comm.disconnect()

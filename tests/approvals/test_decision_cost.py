@@ -1,15 +1,12 @@
-"""What a decision costs and in what order its live push goes out.
+"""What a decision costs and how its live push goes out.
 
 The query ceilings guard the decision path against regressions (every statement is a round
-trip on PostgreSQL while the reviewer waits); the broadcaster tests pin the two lanes: the
-light message is built from the decided row in memory, and rendering waits for the requests
-a process is serving.
+trip on PostgreSQL while the reviewer waits); the push tests pin that a decision's message is
+built from the decided row in memory, sent when the decision commits, and rendered only by
+the pages that show it, once per change and variant.
 """
 
 from __future__ import annotations
-
-import threading
-import time
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -18,8 +15,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from approvals import services
-from approvals.live import publisher as broadcast
-from approvals.models import ApprovalRequest
+from approvals.live import publisher, rendering
+from approvals.live.groups import INBOX_GROUP, run_group
 
 from .factories import bearer, make_user, post_json, start_and_halt
 
@@ -101,155 +98,97 @@ def test_the_run_lock_of_a_decision_does_not_read_the_transcript():
     assert run_reads and all('"messages"' not in s for s in run_reads), run_reads
 
 
-# -- the broadcaster's lanes ---------------------------------------------------------------
+# -- the live push ---------------------------------------------------------------------------
 
 
-def test_the_light_message_built_in_memory_equals_the_one_read_from_the_database():
+def test_a_decisions_push_is_built_from_the_row_in_memory_and_carries_no_html():
     user = make_user()
     run = start_and_halt(user=user)
     request_id = run.requests.get().request_id
     row = services.request_decline(request_id=request_id, user=user, reason="over the limit")
     with CaptureQueriesContext(connection) as ctx:
-        from_memory = broadcast.light_event(row)
+        from_memory = publisher.messages_for(
+            run_id=run.pk, request_pk=row.pk, created=False, decided=row
+        )
     assert _statements(ctx) == []
-    stored = ApprovalRequest.objects.select_related("decided_by").get(pk=row.pk)
-    from_database = broadcast.build_light_messages(
-        run_id=run.pk, request_pk=stored.pk, created=False
+    from_database = publisher.messages_for(
+        run_id=run.pk, request_pk=row.pk, created=False, decided=None
     )
-    assert from_database == [(broadcast.INBOX_GROUP, from_memory)]
-    assert from_memory["cards"] is None and from_memory["pending_count"] is None
-    assert f"Already declined by {user.username}" in from_memory["toast"]
-    assert "The agent wants to run refund" in from_memory["toast"]
+
+    def without_change(messages):
+        return [(group, {**m, "change": None}) for group, m in messages]
+
+    assert without_change(from_memory) == without_change(from_database)
+    (inbox_group, event), (run_grp, run_event) = from_memory
+    assert (inbox_group, run_grp) == (INBOX_GROUP, run_group(run.pk))
+    assert event["change"] == run_event["change"]  # one change, one name for its renderings
+    assert f"Already declined by {user.username}" in event["toast"]
+    assert "The agent wants to run refund" in event["toast"]
+    assert not any("<" in str(value) for value in [*event.values(), *run_event.values()])
+
+
+def test_a_decision_is_pushed_when_it_commits_before_its_service_returns(monkeypatch):
+    user = make_user()
+    run = start_and_halt(user=user)
+    sent = []
+    monkeypatch.setattr(publisher, "send", sent.append)
+    services.request_decline(request_id=run.requests.get().request_id, user=user, reason="no")
+    assert [[group for group, _ in batch] for batch in sent] == [[INBOX_GROUP, run_group(run.pk)]]
+    assert sent[0][0][1]["state"] == "declined"
+
+
+def test_a_rolled_back_change_is_never_pushed(monkeypatch):
+    from django.db import transaction
+
+    user = make_user()
+    run = start_and_halt(user=user)
+    sent = []
+    monkeypatch.setattr(publisher, "send", sent.append)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.request_decline(request_id=run.requests.get().request_id, user=user)
+        raise RuntimeError("the caller fails after the decision")
+    assert sent == []
+    assert run.requests.get().state == "pending"
 
 
 def test_a_decided_card_is_rendered_once_for_deciders_and_watchers():
     user = make_user()
     run = start_and_halt(user=user)
     row = services.request_decline(request_id=run.requests.get().request_id, user=user, reason="no")
-    ((_, event), _) = broadcast.build_messages(run_id=run.pk, request_pk=row.pk, created=False)
-    assert event["cards"]["decide"] is event["cards"]["view"]
-    assert "/decline/" not in event["cards"]["decide"]
-    assert event["pending_count"] == 0
+    decide = rendering.changed_card(row.pk, change="c1", can_decide=True, oob=True)
+    view = rendering.changed_card(row.pk, change="c1", can_decide=False, oob=True)
+    assert decide == view
+    assert "/decline/" not in decide
+    assert 'hx-swap-oob="true"' in decide
 
 
 def test_a_pending_card_differs_for_deciders_and_watchers():
     user = make_user()
     run = start_and_halt(user=user)
     row = run.requests.get()
-    ((_, event), _) = broadcast.build_messages(run_id=run.pk, request_pk=row.pk, created=True)
-    assert "/decline/" in event["cards"]["decide"]
-    assert "/decline/" not in event["cards"]["view"]
+    decide = rendering.changed_card(row.pk, change="c2", can_decide=True, oob=False)
+    view = rendering.changed_card(row.pk, change="c2", can_decide=False, oob=False)
+    assert "/decline/" in decide
+    assert "/decline/" not in view
+    assert "hx-swap-oob" not in decide  # inserted into the list, not swapped by id
 
 
-def _record_builds(monkeypatch) -> dict[str, list[float]]:
-    built: dict[str, list[float]] = {"light": [], "full": []}
-
-    def record(name):
-        def build(changes):
-            built[name].append(time.monotonic())
-            return []  # nothing to send: these tests watch the timing only
-
-        return build
-
-    monkeypatch.setattr(broadcast._light_lane, "build", record("light"))
-    monkeypatch.setattr(broadcast._full_lane, "build", record("full"))
-    return built
-
-
-def _wait_until(predicate, timeout: float = 5) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
-
-
-def _other_request_in_flight() -> tuple[threading.Event, threading.Thread]:
-    """Another request being served by this process (its own thread and context)."""
-    release, started = threading.Event(), threading.Event()
-
-    def serve():
-        token = broadcast.request_started()
-        started.set()
-        release.wait(10)
-        broadcast.request_finished(token)
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    assert started.wait(5)
-    return release, thread
-
-
-def test_a_requests_light_push_goes_when_its_view_returns_and_rendering_when_all_are_done(
-    monkeypatch,
-):
-    built = _record_builds(monkeypatch)
-    # A patience far beyond this test's sleeps: only the requests finishing may release it.
-    monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 30.0)
-    token = broadcast.request_started()
-    broadcast.changed(run_id=1, request_pk=1)  # committed while the view still works
-    time.sleep(0.1)
-    assert built == {"light": [], "full": []}, "a push competed with the view for the GIL"
-    release, other = _other_request_in_flight()
-    try:
-        returned = time.monotonic()
-        broadcast.request_finished(token)
-        assert _wait_until(lambda: built["light"]), "the light push stayed held"
-        assert built["light"][0] >= returned
-        time.sleep(0.1)
-        assert not built["full"], "the full lane rendered while a request was in flight"
-    finally:
-        finished = time.monotonic()
-        release.set()
-        other.join()
-    broadcast.flush()
-    assert built["full"] and built["full"][0] >= finished
-
-
-def test_a_change_outside_any_request_is_pushed_light_at_once_even_when_requests_run(
-    monkeypatch,
-):
-    built = _record_builds(monkeypatch)
-    monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 30.0)
-    release, other = _other_request_in_flight()
-    try:
-        broadcast.changed(run_id=2, request_pk=2)  # e.g. a worker expiring a request
-        assert _wait_until(lambda: built["light"]), "the light push waited for a request"
-        assert not built["full"]
-    finally:
-        release.set()
-        other.join()
-    broadcast.flush()
-    assert built["full"]
-
-
-def test_rendering_does_not_wait_forever_for_a_busy_process(monkeypatch):
-    built = threading.Event()
-    monkeypatch.setattr(broadcast._full_lane, "yield_to_requests", 0.25)
-    monkeypatch.setattr(broadcast._full_lane, "build", lambda changes: built.set() or [])
-    release, other = _other_request_in_flight()  # a request that does not finish
-    try:
-        started = time.monotonic()
-        broadcast.changed(run_id=1)
-        assert built.wait(5)
-        assert time.monotonic() - started >= 0.2
-    finally:
-        release.set()
-        other.join()
-
-
-def test_a_burst_of_decisions_counts_the_pending_inbox_once():
+def test_a_change_is_rendered_and_counted_once_however_many_pages_ask():
     user = make_user()
-    changes = []
-    for _ in range(3):
-        run = start_and_halt(user=user)
-        row = services.request_decline(
-            request_id=run.requests.get().request_id, user=user, reason="no"
-        )
-        changes.append({"run_id": run.pk, "request_pk": row.pk, "created": False})
+    run = start_and_halt(user=user)
+    row = run.requests.get()
     with CaptureQueriesContext(connection) as ctx:
-        messages = broadcast._full_batch(changes)
-    counts = [s for s in _statements(ctx) if s.startswith("SELECT COUNT(*)")]
-    assert len(counts) == 1, counts
-    inbox = [m for group, m in messages if group == broadcast.INBOX_GROUP]
-    assert [m["request_pk"] for m in inbox] == [c["request_pk"] for c in changes]
-    assert {m["pending_count"] for m in inbox} == {0}
+        cards = {
+            rendering.changed_card(row.pk, change="c3", can_decide=True, oob=True) for _ in range(5)
+        }
+        counts = {rendering.pending_count(change="c3") for _ in range(5)}
+    assert len(cards) == 1 and counts == {1}
+    statements = _statements(ctx)
+    assert sum(s.startswith("SELECT COUNT(*)") for s in statements) == 1
+    assert (
+        sum('FROM "approvals_approvalrequest"' in s and "COUNT" not in s for s in statements) == 1
+    )
+    # a later change is rendered afresh: a page never gets a stale card
+    services.request_decline(request_id=row.request_id, user=user)
+    after = rendering.changed_card(row.pk, change="c4", can_decide=True, oob=True)
+    assert "state-declined" in after and rendering.pending_count(change="c4") == 0

@@ -11,7 +11,7 @@ import pytest
 
 from approvals import services
 from approvals.domain.exceptions import InvalidInput
-from approvals.live import publisher as broadcast
+from approvals.live import rendering
 from approvals.models import ApprovalRequest, Event, Run
 
 from .factories import (
@@ -452,10 +452,10 @@ def test_a_hostile_account_in_an_approval_title_is_escaped_on_the_page_and_in_pu
         assert "&lt;img src=x onerror=window.__xss=1&gt;" in html, path
     request = ApprovalRequest.objects.get(pk=request.pk)
     for can_decide in (True, False):
-        pushed = broadcast.render_card(request, can_decide=can_decide)
+        pushed = rendering.card_html(request, can_decide=can_decide)
         assert HOSTILE not in pushed
         assert "Delete account &lt;img src=x onerror=window.__xss=1&gt;?" in pushed
-    body = broadcast.render_run_body(fresh(run), can_decide=True)
+    body = rendering.run_body(run.pk, can_decide=True)
     assert HOSTILE not in body
 
 

@@ -852,7 +852,9 @@ def test_a_forbidden_decision_names_the_missing_permission(reviewer, halted):
     # htmx: the message alone, for the page's banner
     response = watcher.post(url(row, "decline"), {"reason": "watcher"}, headers=HX)
     assert response.status_code == 403
-    assert response.content.decode().startswith('<p class="notice error" data-denied>You need')
+    assert response.content.decode().startswith(
+        '<p class="notice error" role="alert" data-denied>You need'
+    )
     assert fresh_row(row).state == "pending"
 
 

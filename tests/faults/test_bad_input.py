@@ -21,7 +21,6 @@ from django.test import Client
 from django.utils.html import escape
 
 from approvals import services
-from approvals.live import publisher as broadcast
 from approvals.models import ApprovalRequest, Run
 from tests.approvals.factories import (
     bearer,
@@ -808,7 +807,6 @@ async def _world():
 
     def halt():
         run = start_and_halt(user=reviewer)
-        broadcast.flush()
         return run, run.requests.get()
 
     run, row = await database_sync_to_async(halt)()
@@ -880,7 +878,6 @@ async def test_garbage_text_frames_are_ignored_and_the_socket_stays_live(
         # both sockets still carry pushes: a real decision (over HTTP) reaches them
         def decide():
             services.request_decline(request_id=row.request_id, user=reviewer, reason="http")
-            broadcast.flush()
 
         await database_sync_to_async(decide)()
         assert f"request-{row.pk}" in await inbox.receive_from(timeout=TIMEOUT)
