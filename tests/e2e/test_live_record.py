@@ -469,3 +469,24 @@ def test_relative_times_update_while_the_page_is_open(app, api, contexts):
     expect(when).to_have_text("3 minutes ago")
     page.clock.fast_forward(62 * 60 * 1000)
     expect(when).to_have_text("1 hour, 5 minutes ago")
+
+
+# -- pushed HTML carries no token: its forms post through htmx --------------------------------
+
+
+def test_the_run_pages_pushed_cancel_form_posts_with_the_pages_token(app, api, contexts):
+    """The run body comes from the socket (rendered once for every viewer, without a CSRF
+    token); its plain Cancel form is boosted, so htmx posts it with the token of <body
+    hx-headers>, and the confirmation page's own form finishes the job."""
+    run_id, _ = halted_run(api, f"Refund order A-3105, $31 (cancel {tag()})")
+    page = login(contexts(), app, "reviewer", hold=False)
+    page.goto(app.url(f"/runs/{run_id}/"))
+    page.evaluate("document.getElementById('run-body').dataset.stale = '1'")
+    wait_logged(page, 'id="run-body"')  # the socket's snapshot of the body...
+    expect(page.locator("#run-body[data-stale]")).to_have_count(0)  # ...now on the page
+    form = page.locator(f"form[action='/runs/{run_id}/cancel/']")
+    assert form.locator("input[name=csrfmiddlewaretoken]").count() == 0
+    form.locator("button[type=submit]").click()
+    page.get_by_role("button", name="Yes, cancel the run").click()
+    expect(page.locator(".status-cancelled").first).to_be_visible()
+    assert api.get(f"/api/runs/{run_id}").json()["status"] == "cancelled"
