@@ -378,5 +378,7 @@ TOOLNEXUS_RUN_LEASE_SECONDS = int(env("TOOLNEXUS_RUN_LEASE_SECONDS", "30"))
 TOOLNEXUS_MAINTENANCE_SECONDS = float(env("TOOLNEXUS_MAINTENANCE_SECONDS", "10"))
 # How often an idle worker looks for new tasks.
 TOOLNEXUS_WORKER_INTERVAL = float(env("TOOLNEXUS_WORKER_INTERVAL", "0.2"))
+# Live pages (websockets) one account may hold open at once; more are refused (0: no cap).
+TOOLNEXUS_MAX_SOCKETS_PER_USER = int(env("TOOLNEXUS_MAX_SOCKETS_PER_USER", "30"))
 # Default expiry for requests that carry no expiresAt (0: never).
 TOOLNEXUS_REQUEST_TTL_SECONDS = int(env("TOOLNEXUS_REQUEST_TTL_SECONDS", "0"))

@@ -17,6 +17,7 @@ edited, a session expiring) is caught within RECHECK_SECONDS.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from importlib import import_module
@@ -25,6 +26,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.core.cache import cache
 
 from ..presenters.pages import inbox_filters
 from . import rendering
@@ -37,7 +39,12 @@ except ImportError:  # another ASGI server
 
 MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving client
 RECHECK_SECONDS = 30.0  # how stale a viewer's checked access may be when a push arrives
-SIGNED_OUT, FORBIDDEN = 4401, 4403  # close codes: the page says "signed out" / "not allowed"
+# Close codes: the page says "signed out" / "not allowed" / "too many live pages".
+SIGNED_OUT, FORBIDDEN, TOO_MANY = 4401, 4403, 4429
+# A user's open-socket count lives in the cache (shared by every server process when
+# TOOLNEXUS_CACHE_URL names one); refreshed on every connect, so a count left by a killed
+# process lapses instead of locking the user out for good.
+SOCKET_COUNT_SECONDS = 3600
 
 
 def session_tag(session_key: str | None) -> str:
@@ -63,6 +70,9 @@ class _Base(AsyncWebsocketConsumer):
         self.session_tag = session_tag(self.session_key)
         self.checked_at = time.monotonic()
         self.ended = False
+        if not await self._count_socket():
+            await self.close(code=TOO_MANY)
+            return
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
@@ -84,10 +94,34 @@ class _Base(AsyncWebsocketConsumer):
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            self.counted = False
+            with contextlib.suppress(ValueError):  # the count lapsed meanwhile
+                await cache.adecr(self._count_key())
         if getattr(self, "user_id", None) is None:
             return  # refused before joining any group
         for group in self._groups():
             await self.channel_layer.group_discard(group, self.channel_name)
+
+    def _count_key(self) -> str:
+        return f"toolnexus:live:sockets:{self.user_id}"
+
+    async def _count_socket(self) -> bool:
+        """Count this socket against its user's cap (TOOLNEXUS_MAX_SOCKETS_PER_USER): one
+        account cannot hold the server's connections open by the hundred."""
+        limit = settings.TOOLNEXUS_MAX_SOCKETS_PER_USER
+        if not limit:
+            return True
+        key = self._count_key()
+        await cache.aadd(key, 0, SOCKET_COUNT_SECONDS)
+        try:
+            count = await cache.aincr(key)
+        except ValueError:  # expired between add and incr
+            await cache.aset(key, 1, SOCKET_COUNT_SECONDS)
+            count = 1
+        await cache.atouch(key, SOCKET_COUNT_SECONDS)
+        self.counted = True
+        return count <= limit
 
     # -- the viewer's access, re-checked -------------------------------------------------
 

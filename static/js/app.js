@@ -494,6 +494,12 @@
       pageAlert("forbidden", function (p) {
         p.textContent = "Your account may no longer see these updates: this page is no longer live. Ask an administrator, or reload the page.";
       });
+    } else if (code === 4429) {
+      var live = document.getElementById("live");
+      if (live) live.textContent = "not live";
+      pageAlert("too-many", function (p) {
+        p.textContent = "Too many live pages are open for your account: this one is not live. Close some tabs, then reload this page.";
+      });
     }
   });
 

@@ -815,3 +815,30 @@ async def test_a_viewer_whose_access_holds_keeps_getting_pushes_after_a_recheck(
             assert "pending" in await comm.receive_from(timeout=TIMEOUT)  # the count
     finally:
         await comm.disconnect()
+
+
+# -- a cap on live pages per account ---------------------------------------------------------
+
+
+async def test_one_account_cannot_hold_more_live_pages_than_the_cap(settings):
+    from django.core.cache import cache
+
+    settings.TOOLNEXUS_MAX_SOCKETS_PER_USER = 2
+    await cache.aclear()
+    watcher = await user_of("watcher")
+    colleague = await user_of("watcher")
+    first, _ = await open_socket("/ws/inbox/", watcher)
+    second, _ = await open_socket("/ws/inbox/", watcher)
+    third = await communicator("/ws/inbox/", watcher)
+    try:
+        connected, code = await third.connect(timeout=TIMEOUT)
+        assert (connected, code) == (False, 4429)
+        await third.disconnect()
+        # another account is not affected, and a closed page frees its place
+        other, _ = await open_socket("/ws/inbox/", colleague)
+        await other.disconnect()
+        await first.disconnect()
+        again, _ = await open_socket("/ws/inbox/", watcher)
+        await again.disconnect()
+    finally:
+        await second.disconnect()
