@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from . import texts
 from .dialects import Call, Dialect, ModelTurn
+from .mcp import ELICITATION_KIND
 from .relay import RELAY_KIND, is_relay_request, relay_calls_of, relay_result_for
 from .toolkit import Toolkit
 from .types import (
@@ -438,7 +439,9 @@ class Client:
                 raise ResumeError(
                     f"pending request {pending.id!r} names no call of the halted turn (data.callId={cid!r})"
                 )
-            if answer.ok:
+            if answer.ok or pending.kind == ELICITATION_KIND:
+                # An elicitation's tool runs again even when refused: its server hears the
+                # decline or cancel, and the model reads the tool's result.
                 retry[cid] = answer
             else:
                 slots[cid].result = ToolResult(
@@ -693,6 +696,11 @@ class Client:
             raise ResumeError(
                 f"answer id {answer.id!r} does not echo the request id {request.id!r}"
             )
+        if request.kind == ELICITATION_KIND:  # refused or not, its server must hear it
+            await self._execute(
+                toolkit, slot, answer or Answer(id=request.id, ok=False, reason="cancelled"), state
+            )
+            return
         if answer is None or not answer.ok:
             reason = answer.reason if answer is not None else None
             text = (

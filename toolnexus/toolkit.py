@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import warnings
@@ -9,6 +10,7 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from .builtins import BUILTIN_NAMES, select_builtins
+from .mcp import require_mcp, servers_of
 from .relay import RELAY_SOURCE
 from .texts import tool_returned, unknown_tool
 from .types import Tool, ToolContext, ToolResult
@@ -28,10 +30,11 @@ def _check_relay_collisions(tools: Iterable[Tool]) -> None:
 
 
 class Toolkit:
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), *, mcp_connections: Iterable[Any] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._openai: list[dict[str, Any]] | None = None
         self._anthropic: list[dict[str, Any]] | None = None
+        self._mcp = list(mcp_connections)  # `mcp_client.McpConnection`s this toolkit closes
         for tool in tools:
             self._add(tool)
 
@@ -103,8 +106,16 @@ class Toolkit:
             ]
         return self._anthropic
 
+    def mcp_status(self) -> dict[str, dict[str, Any]]:
+        """Each MCP server by name: `transport`, `running`, its listed `tools` (the server's
+        own names) and the `error` that stopped it, if any."""
+        return {c.spec.name: c.status() for c in self._mcp}
+
     async def aclose(self) -> None:
-        """Release what the tools hold (nothing yet: no MCP connections in this engine)."""
+        """Close the MCP servers' connections (stdio servers are stopped). Idempotent."""
+        connections, self._mcp = self._mcp, []
+        if connections:
+            await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
 
     async def __aenter__(self) -> Toolkit:
         return self
@@ -130,18 +141,39 @@ async def create_toolkit(
     builtins: Any = True,
     extra_tools: Iterable[Tool] = (),
     disable_tools: Iterable[str] = (),
+    mcp_servers: Any = None,
+    wait_for: Any = None,
 ) -> Toolkit:
-    """Build a toolkit from the builtins (see `builtins` toggles) and the host's own tools.
+    """Build a toolkit from MCP servers' tools, the builtins (see `builtins` toggles) and the
+    host's own tools.
 
     A host tool may shadow a builtin of the same name, except a relay tool: a relayed `bash`
     would let the model believe it runs a local shell, so that is refused outright.
+
+    `mcp_servers`: `toolnexus.mcp.McpServer`s (or a mapping of name to one, or to its
+    configuration dict, or `{"mcpServers": {...}}`). They are started and listed now; a
+    required server that fails raises `McpServerError`. An MCP tool never takes a builtin's
+    or a host tool's name, nor another server tool's: on such a collision it is exposed as
+    `<server>__<tool>`. `wait_for(request)` answers MCP elicitations inline, during the call
+    (otherwise a call halts the run with a `kind:"elicitation"` request). The toolkit then
+    holds connections: close it (`async with` / `aclose()`) in the event loop it was made in.
     """
     extras = list(extra_tools)
     _check_relay_collisions(extras)
     extra_names = {t.name for t in extras}
     tools = [t for t in select_builtins(builtins) if t.name not in extra_names] + extras
+    connections: list[Any] = []
+    specs = servers_of(mcp_servers)
+    if specs:
+        require_mcp()
+        from .mcp_client import open_servers  # needs the optional `mcp` SDK
+
+        connections, mcp_tools = await open_servers(
+            specs, wait_for=wait_for, reserved=set(BUILTIN_NAMES) | extra_names
+        )
+        tools = mcp_tools + tools
     disabled = set(disable_tools)
-    return Toolkit(t for t in tools if t.name not in disabled)
+    return Toolkit((t for t in tools if t.name not in disabled), mcp_connections=connections)
 
 
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
