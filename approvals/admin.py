@@ -1,4 +1,8 @@
-"""Admin: everything visible, JSON shown pretty and read-only, changes only through services."""
+"""Admin: everything visible, JSON shown pretty and read-only, changes only through services.
+
+Runs, requests, events and executions of agents a staff user's groups may not see
+(per-agent access, `permissions.hidden_agents`) are left out of every list and page; the
+agent access rules themselves are edited here ("Agent access")."""
 
 from __future__ import annotations
 
@@ -8,13 +12,23 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from . import services
+from . import agents, permissions, services
 from .domain.arguments import diff
 from .domain.exceptions import ServiceError
-from .models import ApiToken, ApprovalRequest, Event, RequestCall, Run, ToolExecution
+from .models import (
+    AgentAccess,
+    AgentPolicy,
+    ApiToken,
+    ApprovalRequest,
+    Event,
+    RequestCall,
+    Run,
+    ToolExecution,
+)
 from .presenters.cards import request_title
 from .templatetags.approvals_tags import pretty_json
 
@@ -32,7 +46,19 @@ def json_block(value) -> str:
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """State changes go through services (with their locks and audit), never a form save."""
+    """State changes go through services (with their locks and audit), never a form save.
+
+    `agent_field` names the lookup to the row's agent: rows of agents hidden from the staff
+    user are not in the queryset (so neither in lists nor reachable by URL)."""
+
+    agent_field = ""
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        hidden = permissions.hidden_agents(request.user) if self.agent_field else ()
+        if hidden:
+            qs = qs.exclude(**{f"{self.agent_field}__in": sorted(hidden)})
+        return qs
 
     def has_add_permission(self, request):
         return False
@@ -94,6 +120,7 @@ class DeclineForm(forms.Form):
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyAdmin):
+    agent_field = "agent"
     list_display = [
         "request_id",
         "kind",
@@ -222,6 +249,7 @@ class RequestInline(admin.TabularInline):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
+    agent_field = "agent"
     list_display = [
         "id",
         "agent",
@@ -290,6 +318,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
+    agent_field = "run__agent"
     list_display = ["created_at", "action", "run", "request", "actor", "from_state", "to_state"]
     list_filter = ["action", "created_at"]
     search_fields = ["=run__id", "request__request_id", "actor__username", "action"]
@@ -316,6 +345,7 @@ class EventAdmin(ReadOnlyAdmin):
 
 @admin.register(ToolExecution)
 class ToolExecutionAdmin(ReadOnlyAdmin):
+    agent_field = "run__agent"
     list_display = ["run", "tool_name", "call_id", "started_at", "finished_at", "is_error"]
     list_filter = ["tool_name", "is_error"]
     search_fields = ["=run__id", "call_id", "tool_name"]
@@ -323,7 +353,97 @@ class ToolExecutionAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "prefix",
+        "user",
+        "name",
+        "state",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["revoked_at", "expires_at"]
+    list_select_related = ["user"]
     search_fields = ["prefix", "user__username", "name"]
-    readonly_fields = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "prefix",
+        "user",
+        "name",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+        "revoked_reason",
+    ]
     exclude = ["key_hash"]
+    actions = ["revoke_selected"]
+
+    @admin.display(description="state")
+    def state(self, obj):
+        return obj.state_at(timezone.now())
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
+    def revoke_selected(self, request, queryset):
+        count = services.api_tokens_revoke(
+            tokens=queryset, reason=f"revoked in the admin by {request.user.get_username()}"
+        )
+        self.message_user(request, f"{count} token(s) revoked.", messages.SUCCESS)
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("approvals.change_apitoken")
+
+
+class AgentPolicyForm(forms.ModelForm):
+    """The agent is picked from the registered ones (a rule for an agent no longer
+    registered keeps its name)."""
+
+    class Meta:
+        model = AgentPolicy
+        fields = ["agent", "starter_cannot_approve"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        names = [a.name for a in agents.all()]
+        current = self.instance.agent if self.instance.pk else ""
+        if current and current not in names:
+            names.append(current)
+        self.fields["agent"] = forms.ChoiceField(
+            choices=[(n, n) for n in sorted(names)],
+            help_text=AgentPolicy._meta.get_field("agent").help_text,
+        )
+
+
+class AgentAccessInline(admin.TabularInline):
+    model = AgentAccess
+    extra = 1
+    fields = ["group", "can_decide"]
+    autocomplete_fields = ["group"]
+
+
+@admin.register(AgentPolicy)
+class AgentPolicyAdmin(admin.ModelAdmin):
+    """Per-agent access: with no group listed, the agent follows the global permissions; with
+    groups listed, only their members (and superusers) see it, and only groups marked "can
+    decide" decide its requests. The global view and decide permissions are still needed."""
+
+    form = AgentPolicyForm
+    inlines = [AgentAccessInline]
+    list_display = ["agent", "groups_that_view", "groups_that_decide", "starter_cannot_approve"]
+    list_filter = ["starter_cannot_approve"]
+    search_fields = ["agent", "grants__group__name"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("grants__group")
+
+    @admin.display(description="groups that see it")
+    def groups_that_view(self, obj):
+        names = [g.group.name for g in obj.grants.all()]
+        return ", ".join(names) or "everyone with the view permission"
+
+    @admin.display(description="groups that decide")
+    def groups_that_decide(self, obj):
+        grants = list(obj.grants.all())
+        if not grants:
+            return "everyone with the decide permission"
+        return ", ".join(g.group.name for g in grants if g.can_decide) or "nobody"

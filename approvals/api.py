@@ -2,35 +2,152 @@
 
 Endpoints parse with pydantic schemas, call one selector or service, and return plain
 dicts; domain exceptions become `{"detail": ...}` with the status the service chose.
+
+Throttles (django-ninja's, counted in the cache; docs/operations.md, "Security settings"):
+requests per token and per user, and failed bearer authentications per client address,
+each 429 with Retry-After once over its rate. Reads leave out runs and requests of agents
+the caller may not see (`permissions.hidden_agents`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
-from ninja.errors import AuthenticationError, ValidationError
+from ninja.errors import AuthenticationError, Throttled, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
+from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict, StrictBool, StrictStr
 
-from . import selectors, services
+from . import permissions, selectors, services
 from .domain.exceptions import ServiceError
 from .domain.jsonvalues import strict_json_loads
-from .models import ApprovalRequest, Run
+from .models import ApprovalRequest
+
+# -- throttles -----------------------------------------------------------------------------
+
+
+class SettingRateThrottle(SimpleRateThrottle):
+    """django-ninja's cache-backed throttle, its rate read from a setting on every request
+    (so a deployment, or a test, changes it without re-creating the API); an empty rate
+    turns it off. Client addresses come from `permissions.client_ip` (proxy-aware only for
+    TOOLNEXUS_TRUSTED_PROXIES; a client cannot pick its own through X-Forwarded-For)."""
+
+    setting = ""
+
+    def __init__(self) -> None:  # the rate is read per request, not once
+        self.rate = None
+
+    def _configure(self) -> bool:
+        self.rate = getattr(settings, self.setting, "") or None
+        if self.rate is None:
+            return False
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return True
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        if not self._configure():
+            return True
+        return super().allow_request(request)
+
+    def get_ident(self, request: HttpRequest) -> str:
+        return permissions.client_ip(request) or "unknown"
+
+
+class TokenRateThrottle(SettingRateThrottle):
+    """Requests per bearer token (TOOLNEXUS_API_TOKEN_RATE); sessions are not counted here."""
+
+    scope = "token"
+    setting = "TOOLNEXUS_API_TOKEN_RATE"
+
+    def get_cache_key(self, request: HttpRequest) -> str | None:
+        token = getattr(request, "api_token", None)
+        if token is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": token.key_hash[:32]}
+
+
+class UserRateThrottle(SettingRateThrottle):
+    """Requests per user, every token and the browser session together
+    (TOOLNEXUS_API_USER_RATE)."""
+
+    scope = "user"
+    setting = "TOOLNEXUS_API_USER_RATE"
+
+    def get_cache_key(self, request: HttpRequest) -> str | None:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": user.pk}
+
+
+class AuthFailureThrottle(SettingRateThrottle):
+    """Failed bearer authentications per client address (TOOLNEXUS_API_AUTH_FAILURE_RATE):
+    only failures count; once over the rate every bearer attempt from that address is 429
+    until the oldest failure ages out, a right token too (else the answer would tell a guess
+    that hit)."""
+
+    scope = "bearer_failure"
+    setting = "TOOLNEXUS_API_AUTH_FAILURE_RATE"
+
+    def get_cache_key(self, request: HttpRequest) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def blocked_for(self, request: HttpRequest) -> float | None:
+        """Seconds until this address may try again, or None if it may now."""
+        if not self._configure():
+            return None
+        history = self._history(request)
+        if len(history) < self.num_requests:
+            return None
+        return max(0.0, self.duration - (self.timer() - history[-1]))
+
+    def note_failure(self, request: HttpRequest) -> None:
+        if not self._configure():
+            return
+        history = [self.timer(), *self._history(request)][: self.num_requests]
+        self.cache.set(self.get_cache_key(request), history, self.duration)
+
+    def _history(self, request: HttpRequest) -> list[float]:
+        now = self.timer()
+        return [
+            t for t in self.cache.get(self.get_cache_key(request), []) if t > now - self.duration
+        ]
+
+
+class TooManyFailures(Throttled):
+    detail = "too many failed authentications from your address"
+
+
+AUTH_FAILURES = AuthFailureThrottle()
 
 
 class BearerToken(HttpBearer):
+    """`Authorization: Bearer <token>`. A token that does not authenticate is 401 saying
+    why (unknown, expired, revoked, its account inactive), never a fall-back to the
+    session; an address with too many such failures is 429 for a while."""
+
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        user = services.api_token_authenticate(token)
-        if user is not None:
-            request.user = user
-        return user
+        wait = AUTH_FAILURES.blocked_for(request)
+        if wait is not None:
+            raise TooManyFailures(wait=wait)
+        try:
+            row = services.api_token_verify(token)
+        except services.TokenRejected:
+            AUTH_FAILURES.note_failure(request)
+            raise
+        request.user = row.user
+        request.api_token = row
+        return row.user
 
 
 class BrowserSession(SessionAuth):
@@ -54,8 +171,19 @@ api = NinjaAPI(
     title="toolnexus-web API",
     parser=StrictJSONParser(),
     version="1",
-    description="Start agent runs, and answer or decline the requests they halt on.",
+    description=(
+        "Start agent runs, and answer or decline the requests they halt on.\n\n"
+        "Authenticate with the browser session (CSRF-protected) or `Authorization: Bearer"
+        " <token>` (`manage.py api_token <username>`; tokens expire, see `expires_at`, and"
+        " can be listed and revoked under `/api/tokens`). A token that does not authenticate"
+        " is 401 with a `detail` saying why (not valid, expired, revoked). Requests are"
+        " throttled per token, per user and, for failed bearer authentication, per client"
+        " address, and starting runs per user per minute: over a limit the answer is 429"
+        " with a `Retry-After` header (seconds). Runs and requests of agents your groups may"
+        " not see are left out of lists and are 404."
+    ),
     auth=[BearerToken(), BrowserSession()],
+    throttle=[TokenRateThrottle(), UserRateThrottle()],
     urls_namespace="api",
 )
 
@@ -202,6 +330,30 @@ class ErrorOut(Schema):
     detail: str
 
 
+class TokenOut(Schema):
+    id: int
+    name: str
+    prefix: str = Field(..., description="the token's first characters (never the secret)")
+    state: str = Field(..., description="active, expired or revoked")
+    created_at: datetime
+    expires_at: datetime | None = Field(..., description="null: never expires")
+    last_used_at: datetime | None = Field(..., description="updated at most once a minute")
+    revoked_at: datetime | None
+    revoked_reason: str | None
+    current: bool = Field(..., description="the token this request authenticated with")
+
+
+class TokenPage(Schema):
+    items: list[TokenOut]
+    count: int
+
+
+class TokenListFilter(Schema):
+    state: str | None = Field(None, description="active, expired or revoked; empty for all")
+    limit: int = Field(50, ge=1, le=200)
+    offset: int = Field(0, ge=0, le=1_000_000_000)
+
+
 ERRORS = {
     400: ErrorOut,
     401: ErrorOut,
@@ -209,6 +361,7 @@ ERRORS = {
     404: ErrorOut,
     409: ErrorOut,
     413: ErrorOut,
+    429: ErrorOut,
     503: ErrorOut,
 }
 
@@ -234,7 +387,23 @@ def _validation_error(request, exc: ValidationError):
 
 @api.exception_handler(ServiceError)
 def _service_error(request, exc: ServiceError):
-    return api.create_response(request, {"detail": str(exc)}, status=exc.status)
+    response = api.create_response(request, {"detail": str(exc)}, status=exc.status)
+    if getattr(exc, "retry_after", None):
+        response["Retry-After"] = str(exc.retry_after)
+    if exc.status == 401:
+        response["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    return response
+
+
+@api.exception_handler(Throttled)
+def _throttled(request, exc: Throttled):
+    wait = max(1, math.ceil(exc.wait)) if exc.wait is not None else 60
+    what = getattr(exc, "detail", "too many requests")
+    response = api.create_response(
+        request, {"detail": f"{what}: try again in {wait} s"}, status=429
+    )
+    response["Retry-After"] = str(wait)
+    return response
 
 
 @api.exception_handler(ObjectDoesNotExist)
@@ -264,9 +433,11 @@ def _unauthenticated(request, exc):
     )
 
 
-def _can_view(request: HttpRequest, permission: str) -> None:
+def _can_view(request: HttpRequest, permission: str) -> frozenset[str]:
+    """The global view permission, then the agents this caller may not see."""
     if not request.user.has_perm(permission):
         raise services.NotAllowed("you do not have permission to view this")
+    return permissions.hidden_agents(request.user)
 
 
 # -- runs ----------------------------------------------------------------------------------
@@ -274,7 +445,9 @@ def _can_view(request: HttpRequest, permission: str) -> None:
 
 @api.post("/runs", response={201: RunOut, **ERRORS}, tags=["runs"], summary="Start a run")
 def start_run(request, payload: RunIn):
-    run = services.run_start(agent=payload.agent, prompt=payload.prompt, started_by=request.user)
+    run = services.run_start(
+        agent=payload.agent, prompt=payload.prompt, started_by=request.user, rate_limited=True
+    )
     return Status(201, selectors.run_view(selectors.run_get(run_id=run.pk)))
 
 
@@ -282,16 +455,18 @@ def start_run(request, payload: RunIn):
     "/runs", response={200: RunPage, **ERRORS}, tags=["runs"], summary="List runs, newest first"
 )
 def list_runs(request, filters: Query[RunListFilter]):
-    _can_view(request, "approvals.view_run")
-    qs = selectors.run_list(status=filters.status or None, agent=filters.agent or None)
+    hidden = _can_view(request, "approvals.view_run")
+    qs = selectors.run_list(
+        status=filters.status or None, agent=filters.agent or None, hidden_agents=hidden
+    )
     page = qs[filters.offset : filters.offset + filters.limit]
     return {"items": [selectors.run_view(r) for r in page], "count": qs.count()}
 
 
 @api.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, tags=["runs"], summary="Read a run")
 def get_run(request, run_id: int):
-    _can_view(request, "approvals.view_run")
-    return selectors.run_view(selectors.run_get(run_id=run_id))
+    hidden = _can_view(request, "approvals.view_run")
+    return selectors.run_view(selectors.run_get(run_id=run_id, hidden_agents=hidden))
 
 
 @api.get(
@@ -301,8 +476,8 @@ def get_run(request, run_id: int):
     summary="The run's transcript, as stored",
 )
 def get_run_messages(request, run_id: int):
-    _can_view(request, "approvals.view_run")
-    return Run.objects.only("messages").get(pk=run_id).messages
+    hidden = _can_view(request, "approvals.view_run")
+    return selectors.run_messages(run_id=run_id, hidden_agents=hidden)
 
 
 @api.post(
@@ -341,11 +516,14 @@ STATES = set(ApprovalRequest.State.values)
     summary="List requests, newest first",
 )
 def list_requests(request, filters: Query[RequestFilter]):
-    _can_view(request, "approvals.view_approvalrequest")
+    hidden = _can_view(request, "approvals.view_approvalrequest")
     if filters.state and filters.state not in STATES:
         raise services.InvalidInput(f"state: must be one of {', '.join(sorted(STATES))}")
     qs = selectors.request_list(
-        state=filters.state or None, agent=filters.agent or None, kind=filters.kind or None
+        state=filters.state or None,
+        agent=filters.agent or None,
+        kind=filters.kind or None,
+        hidden_agents=hidden,
     )
     page = qs[filters.offset : filters.offset + filters.limit]
     return {"items": [selectors.request_view(r) for r in page], "count": qs.count()}
@@ -358,8 +536,10 @@ def list_requests(request, filters: Query[RequestFilter]):
     summary="Read a request",
 )
 def get_request(request, request_id: str):
-    _can_view(request, "approvals.view_approvalrequest")
-    return selectors.request_view(selectors.request_get(request_id=request_id))
+    hidden = _can_view(request, "approvals.view_approvalrequest")
+    return selectors.request_view(
+        selectors.request_get(request_id=request_id, hidden_agents=hidden)
+    )
 
 
 def _decided(row) -> dict[str, Any]:
@@ -410,3 +590,40 @@ def approve_request(request, request_id: str, payload: ApproveIn):
 def decline_request(request, request_id: str, payload: DeclineIn):
     row = services.request_decline(request_id=request_id, user=request.user, reason=payload.reason)
     return _decided(row)
+
+
+# -- API tokens: one's own -----------------------------------------------------------------
+
+
+@api.get(
+    "/tokens",
+    response={200: TokenPage, **ERRORS},
+    tags=["tokens"],
+    summary="List your own API tokens, newest first",
+    description="Never shows a token's secret (only a hash is stored): tell tokens apart by"
+    " `prefix` and `name`. `current` marks the token this request authenticated with.",
+)
+def list_tokens(request, filters: Query[TokenListFilter]):
+    qs = selectors.token_list(user=request.user, state=filters.state or None)
+    now = timezone.now()
+    current = getattr(getattr(request, "api_token", None), "pk", None)
+    page = qs[filters.offset : filters.offset + filters.limit]
+    return {
+        "items": [selectors.token_view(r, now=now, current_id=current) for r in page],
+        "count": qs.count(),
+    }
+
+
+@api.post(
+    "/tokens/{token_id}/revoke",
+    response={200: TokenOut, **ERRORS},
+    tags=["tokens"],
+    summary="Revoke one of your own API tokens",
+    description="The token stops working at once (401 'revoked'). Revoking a revoked token"
+    " changes nothing; another user's token is 404. Revoking the token this request used is"
+    " allowed: the answer is the last one it gets.",
+)
+def revoke_token(request, token_id: int):
+    row = services.api_token_revoke(token_id=token_id, user=request.user)
+    current = getattr(getattr(request, "api_token", None), "pk", None)
+    return selectors.token_view(row, now=timezone.now(), current_id=current)

@@ -261,6 +261,10 @@ class Topology:
                 "TOOLNEXUS_WORKER_INTERVAL": str(self.cfg.worker_interval),
                 "TOOLNEXUS_LOG_LEVEL": "WARNING",
                 "TOOLNEXUS_DEMO_AGENT": "1",
+                # A bench starts runs and decides faster than any run cap or API throttle.
+                "TOOLNEXUS_RUNS_PER_MINUTE": "0",
+                "TOOLNEXUS_API_TOKEN_RATE": "0",
+                "TOOLNEXUS_API_USER_RATE": "0",
             }
         )
         if self.cfg.pool:

@@ -22,3 +22,14 @@ def pytest_configure(config):
 @pytest.fixture
 def on_postgres(settings):
     return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(request):
+    """Throttle counts, open-socket counts and rendered live fragments live in the cache,
+    which outlives each test's database: every database test starts with an empty one."""
+    if "django_db_setup" in request.fixturenames or request.node.get_closest_marker("django_db"):
+        from django.core.cache import cache
+
+        cache.clear()
+    yield

@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -166,6 +167,7 @@ INSTALLED_APPS = [
     "csp",
     "django_tasks",
     "django_tasks_db",
+    "axes",  # sign-in lockout (docs/operations.md, "Security settings")
 ]
 
 MIDDLEWARE = [
@@ -180,6 +182,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "toolnexus_web.urls"
@@ -277,7 +281,8 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 # -- auth, static, i18n --------------------------------------------------------------------
 
-# ModelBackend's rules, one query per permission check instead of two.
+# ModelBackend's rules, one query per permission check instead of two; it asks django-axes
+# first whether a sign-in is locked out (so it is axes' AxesStandaloneBackend too).
 AUTHENTICATION_BACKENDS = ["approvals.permissions.PermissionBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -308,6 +313,85 @@ STORAGES = {
 
 # Bodies past this get 413 (API) instead of being read into memory.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(env("TOOLNEXUS_MAX_BODY_BYTES", str(256 * 1024)))
+
+# -- sign-in lockout, throttles, API tokens, per-agent access (operations.md, "Security settings")
+
+
+def env_int(name: str, default: int, minimum: int = 0) -> int:
+    raw = env(name, str(default)).strip() or str(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RuntimeError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < minimum:
+        raise RuntimeError(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate as django-ninja's throttles take it, "N/unit" (s, sec, m, min, h, hour, d,
+    day); "", "0" or "off" turns that throttle off. Checked here, not on the first request."""
+    raw = env(name, default).strip().lower()
+    if raw in ("", "0", "off", "none"):
+        return ""
+    count, _, unit = raw.partition("/")
+    if (
+        not count.isdigit()
+        or int(count) < 1
+        or unit not in {"s", "sec", "m", "min", "h", "hour", "d", "day"}
+    ):
+        raise RuntimeError(f"{name} must look like 600/min (or 0 for no limit), not {raw!r}")
+    return f"{int(count)}/{unit}"
+
+
+# django-axes: a username is locked out from an address after this many wrong passwords in
+# a row, for the cool-off time (the sign-in page says so, status 429); a right password
+# before that resets the count. The admin's sign-in counts too. `manage.py axes_reset`
+# lifts every lockout; `axes_reset_username NAME` one user's.
+AXES_ENABLED = env_bool("TOOLNEXUS_LOGIN_LOCKOUT", True)
+AXES_FAILURE_LIMIT = env_int("TOOLNEXUS_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("TOOLNEXUS_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "approvals.web.views.locked_out"  # 429, says for how long
+AXES_CLIENT_IP_CALLABLE = "approvals.permissions.client_ip"
+AXES_VERBOSE = False  # no log line per attempt: attempts and lockouts are in the admin
+
+# How many proxies of yours stand in front of the app, each appending the address it saw to
+# X-Forwarded-For (nginx: `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`).
+# 0 (no proxy): the connection's address. Lockout and throttles key on this address.
+TOOLNEXUS_TRUSTED_PROXIES = env_int("TOOLNEXUS_TRUSTED_PROXIES", 0)
+
+# API throttles (429 with Retry-After): per token, per user (every token and the session
+# together), and wrong or expired bearer tokens per client address.
+TOOLNEXUS_API_TOKEN_RATE = env_rate("TOOLNEXUS_API_TOKEN_RATE", "600/min")
+TOOLNEXUS_API_USER_RATE = env_rate("TOOLNEXUS_API_USER_RATE", "1200/min")
+TOOLNEXUS_API_AUTH_FAILURE_RATE = env_rate("TOOLNEXUS_API_AUTH_FAILURE_RATE", "30/min")
+# Runs one user may start per minute (API and start page; 0: no cap).
+TOOLNEXUS_RUNS_PER_MINUTE = env_int("TOOLNEXUS_RUNS_PER_MINUTE", 30)
+
+# Throttle counters live in the cache: per process by default. With several server processes
+# set TOOLNEXUS_CACHE_URL (e.g. redis://redis:6379/1, a database of its own) so they share
+# one count.
+TOOLNEXUS_CACHE_URL = env("TOOLNEXUS_CACHE_URL")
+if TOOLNEXUS_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": TOOLNEXUS_CACHE_URL,
+            "KEY_PREFIX": "toolnexus",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# A new API token's lifetime in days (`api_token --days` overrides it per token; 0: never
+# expires). Tokens made before expiry existed never expire until revoked.
+TOOLNEXUS_TOKEN_DAYS = env_int("TOOLNEXUS_TOKEN_DAYS", 90)
+
+# Whoever started a run may not approve or answer its requests, for every agent (per agent:
+# the admin's "Agent access").
+TOOLNEXUS_STARTER_CANNOT_APPROVE = env_bool("TOOLNEXUS_STARTER_CANNOT_APPROVE", False)
 
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 

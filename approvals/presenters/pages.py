@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from .. import agents, selectors
 from ..models import ApprovalRequest, Run
-from ..permissions import can_decide
+from ..permissions import agents_visible_to, can_decide_request, hidden_agents
 from .cards import KIND_LABELS, request_card
 from .timeline import timeline
 
@@ -36,17 +36,17 @@ def inbox_context(user, filters: dict[str, str], page_number) -> dict:
         state=None if filters["state"] == "all" else filters["state"],
         agent=filters["agent"] or None,
         kind=filters["kind"] or None,
+        hidden_agents=hidden_agents(user),  # per-agent access: not listed, not counted
     )
     page = Paginator(qs, PAGE_SIZE).get_page(page_number)
-    decide = can_decide(user)
     filter_query = urlencode({k: v for k, v in filters.items() if v})
     return {
         "nav": "inbox",
         "filters": filters,
         "page": page,
         "count": page.paginator.count,
-        "cards": [request_card(row, can_decide=decide) for row in page],
-        "agent_names": [a.name for a in agents.all()],
+        "cards": [request_card(row, can_decide=can_decide_request(user, row)) for row in page],
+        "agent_names": agents_visible_to(user, [a.name for a in agents.all()]),
         "kinds": KINDS,
         "states": ApprovalRequest.State.choices,
         "filter_query": filter_query,
@@ -56,7 +56,12 @@ def inbox_context(user, filters: dict[str, str], page_number) -> dict:
     }
 
 
-def run_context_for(run: Run, *, can_decide: bool) -> dict:
+def run_context_for(
+    run: Run, *, can_decide: bool, viewer=None, open_can_decide: bool | None = None
+) -> dict:
+    """`can_decide`: the run's reviewer actions (cancel, retry). The open request's card may
+    differ (the starter rule): `open_can_decide` says so, or `viewer` has it asked of
+    `can_decide_request`; with neither it follows `can_decide`."""
     decide = can_decide
     requests = list(
         run.requests.select_related("decided_by")
@@ -64,11 +69,15 @@ def run_context_for(run: Run, *, can_decide: bool) -> dict:
         .order_by("created_at", "id")
     )
     open_row = next((r for r in requests if r.state == ApprovalRequest.State.PENDING), None)
+    if open_can_decide is None:
+        open_can_decide = (
+            can_decide_request(viewer, open_row) if viewer is not None and open_row else decide
+        )
     return {
         "nav": "runs",
         "run": run,
         "can_decide": decide,
         "entries": timeline(run.messages, requests),
-        "open_card": request_card(open_row, can_decide=decide) if open_row else None,
+        "open_card": request_card(open_row, can_decide=open_can_decide) if open_row else None,
         "next_url": reverse("approvals:run-detail", args=[run.pk]),
     }

@@ -11,8 +11,15 @@ from .requests import (
     request_expire,
     tool_schema,
 )
-from .runs import MAX_PROMPT_CHARS, run_cancel, run_retry, run_start
-from .tokens import api_token_authenticate, api_token_create
+from .runs import MAX_PROMPT_CHARS, TooManyRuns, run_cancel, run_retry, run_start
+from .tokens import (
+    TokenRejected,
+    api_token_authenticate,
+    api_token_create,
+    api_token_revoke,
+    api_token_verify,
+    api_tokens_revoke,
+)
 
 __all__ = [
     "MAX_OUTPUT_CHARS",
@@ -21,8 +28,13 @@ __all__ = [
     "InvalidInput",
     "NotAllowed",
     "ServiceError",
+    "TokenRejected",
+    "TooManyRuns",
     "api_token_authenticate",
     "api_token_create",
+    "api_token_revoke",
+    "api_token_verify",
+    "api_tokens_revoke",
     "input_problems",
     "request_answer",
     "request_approve",

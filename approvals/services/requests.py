@@ -22,12 +22,12 @@ from ..domain.arguments import (
     non_finite,
     validated_input,
 )
-from ..domain.exceptions import InvalidInput
+from ..domain.exceptions import AlreadyDecided, InvalidInput
 from ..domain.records import lock_request, record_decision
 from ..execution import recovery
 from ..execution.runner import enqueue
 from ..models import ApprovalRequest, RequestCall
-from ..permissions import DECIDE_PERMISSION, require
+from ..permissions import DECIDE_PERMISSION, require, require_decide_request
 
 State = ApprovalRequest.State
 Decision = RequestCall.Decision
@@ -40,9 +40,25 @@ def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason
         enqueue(run)
 
 
+def _lock_for(user: Any, request_id: str, *, approving: bool) -> ApprovalRequest:
+    """The pending request under a row lock, if `user` may decide it: per-agent access and
+    the starter rule (`permissions.require_decide_request`: 404 for an agent hidden from the
+    user, 403 otherwise). Who decided first is told only to those who may decide it."""
+    try:
+        row = lock_request(request_id)
+    except AlreadyDecided:
+        stored = ApprovalRequest.objects.only("agent", "run_id").get(request_id=request_id)
+        require_decide_request(user, stored, approving=False)
+        raise
+    require_decide_request(user, row, approving=approving)
+    return row
+
+
 def request_expire(*, request_id: str, user: Any) -> ApprovalRequest:
     """Expire a request by hand (the admin action): declined with reason "expired"."""
     require(user, DECIDE_PERMISSION, "expire requests")
+    stored = ApprovalRequest.objects.only("agent", "run_id").get(request_id=request_id)
+    require_decide_request(user, stored, approving=False)
     return recovery.request_expire(request_id=request_id, user=user)
 
 
@@ -67,7 +83,7 @@ def request_approve(
     """
     require(user, DECIDE_PERMISSION, "decide requests")
     with transaction.atomic():
-        row = lock_request(request_id)
+        row = _lock_for(user, request_id, approving=True)
         if row.is_relay:
             new_state, answer = _decide_relay_calls(row, input=input, output=output, calls=calls)
             reason = ""
@@ -273,7 +289,7 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
         return request_decline(request_id=request_id, user=user, reason=parsed.reason)
     data = parsed.data or {}
     with transaction.atomic():
-        row = lock_request(request_id)
+        row = _lock_for(user, request_id, approving=True)
         if row.is_relay:
             calls, fields, output = _relay_calls_from_answer(row, data)
             if output is not None:  # the one-call shorthand
@@ -313,7 +329,7 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
     require(user, DECIDE_PERMISSION, "decide requests")
     reason = clean_reason(reason)
     with transaction.atomic():
-        row = lock_request(request_id)
+        row = _lock_for(user, request_id, approving=False)
         for call in row.calls.select_for_update():
             call.decision, call.reason = Decision.DECLINE, reason
             call.output, call.is_error = decline_text(call.tool_name, reason), True

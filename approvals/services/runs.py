@@ -1,39 +1,93 @@
-"""Runs as people start, retry and cancel them (permission checked here)."""
+"""Runs as people start, retry and cancel them (permission, per-agent access and the
+start rate checked here)."""
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
-from ..domain.exceptions import InvalidInput, InvalidTransition
+from ..domain.exceptions import InvalidInput, InvalidTransition, ServiceError
 from ..domain.records import append_event, record_decision, set_run_status
 from ..execution.runner import enqueue
 from ..models import ApprovalRequest, Run
-from ..permissions import DECIDE_PERMISSION, START_PERMISSION, require
+from ..permissions import (
+    DECIDE_PERMISSION,
+    START_PERMISSION,
+    require,
+    require_decide_run,
+    require_view_agent,
+    require_visible,
+)
 
 RunStatus = Run.Status
 State = ApprovalRequest.State
 
 MAX_PROMPT_CHARS = 20_000
+RATE_WINDOW = timedelta(minutes=1)
+
+
+class TooManyRuns(ServiceError):
+    """The user started TOOLNEXUS_RUNS_PER_MINUTE runs in the last minute (429)."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def check_start_rate(user: Any) -> None:
+    """TooManyRuns once `user` started TOOLNEXUS_RUNS_PER_MINUTE runs in the last minute
+    (counted from the runs table, so every process sees the same count)."""
+    cap = int(getattr(settings, "TOOLNEXUS_RUNS_PER_MINUTE", 0) or 0)
+    if cap <= 0 or not getattr(user, "is_authenticated", False):
+        return
+    now = timezone.now()
+    recent = Run.objects.filter(started_by=user, created_at__gt=now - RATE_WINDOW).aggregate(
+        n=Count("id"), oldest=Min("created_at")
+    )
+    if recent["n"] < cap:
+        return
+    wait = max(1, math.ceil((recent["oldest"] + RATE_WINDOW - now).total_seconds()))
+    raise TooManyRuns(
+        f"too many runs: you started {recent['n']} in the last minute and the limit is {cap};"
+        f" try again in {wait} s",
+        retry_after=wait,
+    )
 
 
 def run_start(
-    *, agent: str, prompt: str, started_by: Any = None, check_permission: bool = True
+    *,
+    agent: str,
+    prompt: str,
+    started_by: Any = None,
+    check_permission: bool = True,
+    rate_limited: bool = False,
 ) -> Run:
+    """Start a run. Entry points people use (the API, the start page) pass
+    `rate_limited=True`: the per-user cap on starts applies (TooManyRuns, 429)."""
     if check_permission:
         require(started_by, START_PERMISSION, "start runs")
     registered = agents.get(agent) if isinstance(agent, str) else None
     if registered is None:
         raise InvalidInput(f"agent: no agent named {agent!r} is registered")
+    if check_permission:
+        require_view_agent(started_by, registered.name, "start runs")
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInput("prompt: must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise InvalidInput(f"prompt: must be at most {MAX_PROMPT_CHARS} characters")
+    if rate_limited:
+        check_start_rate(started_by)
     with transaction.atomic():
         run = Run.objects.create(
             agent=registered.name,
@@ -52,6 +106,7 @@ def run_retry(*, run_id: int, user: Any) -> Run:
     require(user, START_PERMISSION, "retry runs")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
+        require_visible(user, run)
         if run.status != RunStatus.FAILED:
             # Only a failure is retried: a pending run waits for a person, not a worker.
             raise InvalidTransition(
@@ -73,6 +128,7 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
     require(user, DECIDE_PERMISSION, "cancel runs")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
+        require_decide_run(user, run)
         open_request = (
             ApprovalRequest.objects.select_for_update().filter(run=run, state=State.PENDING).first()
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.exceptions import PermissionDenied
@@ -26,7 +27,14 @@ from ..domain.arguments import diff
 from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
 from ..domain.jsonvalues import strict_json_loads
 from ..models import ApprovalRequest, Run
-from ..permissions import can_decide, permission_needed
+from ..permissions import (
+    can_decide,
+    can_decide_request,
+    can_decide_run,
+    can_view_agent,
+    hidden_agents,
+    permission_needed,
+)
 from ..presenters import cards, fields
 from ..presenters.history import history
 from ..presenters.pages import inbox_context, inbox_filters, run_context_for
@@ -57,7 +65,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @permission_required(VIEW_REQUESTS, raise_exception=True)
 def request_card(request: HttpRequest, request_id: str) -> HttpResponse:
     """The card alone (htmx swaps it back in, e.g. the edit preview's Back)."""
-    row = _get_request(request_id)
+    row = _get_request(request_id, request.user)
     return _render_card(request, row)
 
 
@@ -67,7 +75,7 @@ def request_card(request: HttpRequest, request_id: str) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def request_detail(request: HttpRequest, request_id: str) -> HttpResponse:
     """A request's own page: the link a notification or a chat message points to."""
-    row = _get_request(request_id)
+    row = _get_request(request_id, request.user)
     if request.htmx and not request.htmx.history_restore_request:
         return _render_card(request, row)
     return _request_page(request, row)
@@ -76,10 +84,12 @@ def request_detail(request: HttpRequest, request_id: str) -> HttpResponse:
 def _request_page(
     request: HttpRequest, row: ApprovalRequest, card=None, *, status: int = 200
 ) -> HttpResponse:
-    decide = can_decide(request.user)
+    decide = can_decide_request(request.user, row)
     card = card or cards.request_card(row, can_decide=decide)
     context = {
-        **run_context_for(row.run, can_decide=decide),
+        **run_context_for(
+            row.run, can_decide=can_decide_run(request.user, row.run), viewer=request.user
+        ),
         "nav": "inbox",
         "row": row,
         "card": card,
@@ -92,9 +102,10 @@ def _request_page(
 # -- decisions -----------------------------------------------------------------------------
 
 
-def _get_request(request_id: str) -> ApprovalRequest:
+def _get_request(request_id: str, user) -> ApprovalRequest:
+    """The request, or 404 (also when its agent is hidden from `user`)."""
     try:
-        return selectors.request_get(request_id=request_id)
+        return selectors.request_get(request_id=request_id, hidden_agents=hidden_agents(user))
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such request") from None
 
@@ -112,7 +123,7 @@ def _render_card(
     request: HttpRequest, row: ApprovalRequest, *, message: str = "", level: str = "info"
 ) -> HttpResponse:
     card = cards.request_card(
-        row, can_decide=can_decide(request.user), message=message, level=level
+        row, can_decide=can_decide_request(request.user, row), message=message, level=level
     )
     return render(
         request, "approvals/inbox.html#request-card", {"card": card, "next_url": _next_url(request)}
@@ -127,7 +138,10 @@ def _decide(
         action()
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such request") from None
-    except NotAllowed:
+    except NotAllowed as exc:
+        # Per-agent access or the starter rule say why; without the permission, name it.
+        if request.user.has_perm(DECIDE):
+            raise PermissionDenied(str(exc)) from None
         raise PermissionDenied(permission_needed(DECIDE)) from None
     except AlreadyDecided as exc:
         when = f" at {exc.decided_at:%H:%M:%S} UTC" if exc.decided_at else ""
@@ -155,7 +169,7 @@ def _outcome(request: HttpRequest, request_id: str, message: str, level: str) ->
         # says it too: a decision as the reviewer's own ("You declined: ..."; the deciding
         # tab shows this one, not the live push's), a warning or error in case a live update
         # already removed the card (the loser of a race sees who won either way).
-        row = _get_request(request_id)
+        row = _get_request(request_id, request.user)
         response = _render_card(request, row, message=message, level=level)
         response[OUTCOME_HEADER] = level
         response[STATE_HEADER] = row.state  # the inbox keeps the card if it lists that state
@@ -210,9 +224,10 @@ def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
             request, request_id, f"The edited arguments are not valid JSON: {exc}", "error"
         )
     if not request.POST.get("confirmed") and can_decide(request.user):
-        row = _get_request(request_id)
+        row = _get_request(request_id, request.user)
         if (
             row.state == ApprovalRequest.State.PENDING
+            and can_decide_request(request.user, row)
             and cards.request_card(row, can_decide=True).needs_confirmation
         ):
             return _confirm(
@@ -255,7 +270,7 @@ def request_decline(request: HttpRequest, request_id: str) -> HttpResponse:
 @_decision_view
 def request_calls(request: HttpRequest, request_id: str) -> HttpResponse:
     """Per-call decisions for a request carrying several relay calls."""
-    row = _get_request(request_id)
+    row = _get_request(request_id, request.user)
     calls = {}
     for call in row.calls.all():
         decision = request.POST.get(f"decision.{call.call_id}", "")
@@ -276,7 +291,7 @@ def request_calls(request: HttpRequest, request_id: str) -> HttpResponse:
 @_decision_view
 def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
     """Answer a question (one choice per question) or an input form built from data.schema."""
-    row = _get_request(request_id)
+    row = _get_request(request_id, request.user)
     if row.kind == "question":
         answers = {
             q.text: request.POST.get(f"q.{q.index}", "")
@@ -304,9 +319,14 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
 @login_required
 def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
     """Step one of approving with edits: validate and show the diff; step two is approve."""
-    row = _get_request(request_id)
+    row = _get_request(request_id, request.user)
     if not can_decide(request.user):
         raise PermissionDenied("you do not have permission to decide requests")
+    if not can_decide_request(request.user, row):
+        try:  # per-agent access or the starter rule: the service's words say which
+            permissions.require_decide_request(request.user, row)
+        except NotAllowed as exc:
+            raise PermissionDenied(str(exc)) from None
     call = row.calls.first()
     if call is None:
         return _outcome(request, request_id, "This request has no arguments to edit.", "error")
@@ -353,13 +373,13 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
 @permission_required("approvals.view_run", raise_exception=True)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
-        run = Run.objects.select_related("started_by").get(pk=run_id)
+        run = selectors.run_page(run_id=run_id, hidden_agents=hidden_agents(request.user))
     except Run.DoesNotExist:
         raise Http404("no such run") from None
     return render(
         request,
         "approvals/run_detail.html",
-        run_context_for(run, can_decide=can_decide(request.user)),
+        run_context_for(run, can_decide=can_decide_run(request.user, run), viewer=request.user),
     )
 
 
@@ -368,7 +388,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 @permission_required("approvals.view_run", raise_exception=True)
 def run_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(
-        Run.objects.select_related("started_by").order_by("-created_at", "-id"), 50
+        selectors.run_page_list(hidden_agents=hidden_agents(request.user)), 50
     ).get_page(request.GET.get("page"))
     return render(
         request, "approvals/run_list.html", {"nav": "runs", "runs": page.object_list, "page": page}
@@ -381,7 +401,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_start(request: HttpRequest) -> HttpResponse:
     context = {
         "nav": "start",
-        "agents": agents.all(),
+        "agents": [a for a in agents.all() if can_view_agent(request.user, a.name)],
         "form_agent": "demo",
         "form_prompt": "",
         "error": "",
@@ -392,11 +412,21 @@ def run_start(request: HttpRequest) -> HttpResponse:
         )
         try:
             run = services.run_start(
-                agent=context["form_agent"], prompt=context["form_prompt"], started_by=request.user
+                agent=context["form_agent"],
+                prompt=context["form_prompt"],
+                started_by=request.user,
+                rate_limited=True,
             )
         except InvalidInput as exc:
             context["error"] = str(exc)
             return render(request, "approvals/run_start.html", context, status=400)
+        except services.TooManyRuns as exc:
+            context["error"] = f"Not started: {exc}."
+            response = render(request, "approvals/run_start.html", context, status=429)
+            response["Retry-After"] = str(exc.retry_after)
+            return response
+        except NotAllowed as exc:
+            raise PermissionDenied(str(exc)) from None
         return redirect("approvals:run-detail", run.pk)
     return render(request, "approvals/run_start.html", context)
 
@@ -433,7 +463,9 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     if (
         not request.POST.get("confirmed")
         and can_decide(request.user)
-        and Run.objects.filter(pk=run_id).exists()
+        and selectors.run_page_list(hidden_agents=hidden_agents(request.user))
+        .filter(pk=run_id)
+        .exists()
     ):
         return _confirm(
             request,
@@ -464,6 +496,21 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if _is_api(request):
         return JsonResponse({"detail": "Not Found: no endpoint at this URL"}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
+    """django-axes' answer to a locked-out sign-in (AXES_LOCKOUT_CALLABLE): a page saying
+    for how long, with status 429 and Retry-After."""
+    cooloff = settings.AXES_COOLOFF_TIME
+    seconds = int(cooloff.total_seconds()) if cooloff else 0
+    context = {
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+        "minutes": max(1, round(seconds / 60)) if seconds else None,
+    }
+    response = render(request, "registration/locked_out.html", context, status=429)
+    if seconds:
+        response["Retry-After"] = str(seconds)
+    return response
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

@@ -226,3 +226,91 @@ def test_watcher_staff_can_not_use_the_decide_actions(client):
     row.refresh_from_db()
     assert row.state == "pending"
     assert fresh(run).status == "pending"
+
+
+# -- API tokens and agent access -------------------------------------------------------------
+
+
+def test_the_revoke_action_revokes_selected_tokens(superuser_client):
+    from django.test import Client
+
+    user = make_user()
+    keep, _ = services.api_token_create(user=user, name="keep")
+    drop, drop_row = services.api_token_create(user=user, name="drop")
+    listing = superuser_client.get("/admin/approvals/apitoken/").content.decode()
+    assert "revoke_selected" in listing and "active" in listing
+    assert drop not in listing and drop_row.key_hash not in listing  # never the secret
+    response = superuser_client.post(
+        "/admin/approvals/apitoken/",
+        {"action": "revoke_selected", ACTION_CHECKBOX_NAME: [drop_row.pk]},
+        follow=True,
+    )
+    assert "1 token(s) revoked." in response.content.decode()
+    drop_row.refresh_from_db()
+    assert drop_row.revoked_at is not None
+    assert drop_row.revoked_reason == f"revoked in the admin by {superuser_client.user.username}"
+    auth = {"Authorization": f"Bearer {drop}"}
+    assert Client().get("/api/requests", headers=auth).status_code == 401
+    assert (
+        Client().get("/api/requests", headers={"Authorization": f"Bearer {keep}"}).status_code
+        == 200
+    )
+
+
+def test_staff_without_the_change_permission_can_not_revoke_tokens(client):
+    user = make_user()
+    _, row = services.api_token_create(user=user)
+    from django.contrib.auth.models import Permission
+
+    staff = make_user(is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_apitoken"))
+    client.force_login(staff)
+    page = client.get("/admin/approvals/apitoken/")
+    assert page.status_code == 200 and "revoke_selected" not in page.content.decode()
+    client.post(
+        "/admin/approvals/apitoken/", {"action": "revoke_selected", ACTION_CHECKBOX_NAME: [row.pk]}
+    )
+    row.refresh_from_db()
+    assert row.revoked_at is None
+
+
+def test_agent_access_is_managed_in_the_admin(superuser_client):
+    from django.contrib.auth.models import Group
+
+    from approvals.models import AgentAccess, AgentPolicy
+
+    group = Group.objects.create(name="Refunds")
+    add = superuser_client.get("/admin/approvals/agentpolicy/add/")
+    assert add.status_code == 200
+    assert '<option value="demo">demo</option>' in add.content.decode()  # registered agents
+    response = superuser_client.post(
+        "/admin/approvals/agentpolicy/add/",
+        {
+            "agent": "demo",
+            "starter_cannot_approve": "on",
+            "grants-TOTAL_FORMS": "1",
+            "grants-INITIAL_FORMS": "0",
+            "grants-MIN_NUM_FORMS": "0",
+            "grants-MAX_NUM_FORMS": "1000",
+            "grants-0-group": str(group.pk),
+            "grants-0-can_decide": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    policy = AgentPolicy.objects.get(agent="demo")
+    assert policy.starter_cannot_approve
+    assert list(AgentAccess.objects.values_list("group__name", "can_decide")) == [("Refunds", True)]
+    listing = superuser_client.get("/admin/approvals/agentpolicy/").content.decode()
+    assert "Refunds" in listing
+    # An agent that is not registered can not be picked.
+    response = superuser_client.post(
+        "/admin/approvals/agentpolicy/add/",
+        {
+            "agent": "ghost",
+            "grants-TOTAL_FORMS": "0",
+            "grants-INITIAL_FORMS": "0",
+            "grants-MIN_NUM_FORMS": "0",
+            "grants-MAX_NUM_FORMS": "1000",
+        },
+    )
+    assert response.status_code == 200 and not AgentPolicy.objects.filter(agent="ghost").exists()

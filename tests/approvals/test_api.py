@@ -743,3 +743,26 @@ def test_an_unexpected_error_in_the_api_is_a_json_500(monkeypatch):
     assert response.status_code == 500
     assert response.json() == {"detail": "Internal server error"}
     assert "boom" not in response.content.decode()
+
+
+# -- tokens and throttles in the schema ----------------------------------------------------
+
+
+def test_the_openapi_schema_documents_own_token_endpoints_and_limits():
+    schema = Client().get("/api/openapi.json").json()
+    assert "get" in schema["paths"]["/api/tokens"]
+    assert "post" in schema["paths"]["/api/tokens/{token_id}/revoke"]
+    token_out = schema["components"]["schemas"]["TokenOut"]["properties"]
+    assert "key_hash" not in token_out and "token" not in token_out
+    assert {"prefix", "state", "expires_at", "last_used_at", "revoked_at"} <= set(token_out)
+    description = schema["info"]["description"]
+    for words in ("429", "Retry-After", "expired", "revoked", "/api/tokens"):
+        assert words in description, words
+
+
+def test_a_bad_bearer_token_is_401_even_with_a_signed_in_session():
+    client = session_client(make_user())
+    assert client.get("/api/requests").status_code == 200
+    response = client.get("/api/requests", headers={"Authorization": "Bearer tnx_stale"})
+    assert response.status_code == 401
+    assert response.json()["detail"] == "authentication failed: this bearer token is not valid"

@@ -212,6 +212,11 @@ def app(tmp_path_factory, artifacts, pytestconfig) -> Iterator[App]:
         TOOLNEXUS_DEMO_PASSWORD=PASSWORD,
         PYTHONUNBUFFERED="1",
         TOOLNEXUS_WORKER_INTERVAL="0.1",
+        # The suite starts runs and polls the API faster than a team does: no run cap or API
+        # throttle here (tests/approvals/test_throttling.py tests them).
+        TOOLNEXUS_RUNS_PER_MINUTE="0",
+        TOOLNEXUS_API_TOKEN_RATE="0",
+        TOOLNEXUS_API_USER_RATE="0",
     )
     database = None
     admin_url = ""

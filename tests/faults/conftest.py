@@ -165,6 +165,10 @@ def base_env(db_url: str, redis_url: str, workdir: Path) -> dict[str, str]:
         DATABASE_URL=db_url,
         REDIS_URL=redis_url,
         TOOLNEXUS_AGENT_MODULES="tests.faults.agents",
+        # Faults start runs and poll faster than a team: throttles are tested elsewhere.
+        TOOLNEXUS_RUNS_PER_MINUTE="0",
+        TOOLNEXUS_API_TOKEN_RATE="0",
+        TOOLNEXUS_API_USER_RATE="0",
         TOOLNEXUS_FAULTS_DIR=str(workdir),
         TOOLNEXUS_RUN_LEASE_SECONDS=str(LEASE_SECONDS),
         TOOLNEXUS_MAINTENANCE_SECONDS=str(MAINTENANCE_SECONDS),
