@@ -28,6 +28,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.core.cache import cache
 
+from ..models import Run
+from ..permissions import agent_rights
 from ..presenters.pages import inbox_filters
 from . import rendering
 from .groups import INBOX_GROUP, run_group, user_group
@@ -91,6 +93,9 @@ class _Base(AsyncWebsocketConsumer):
             return
 
     def _permissions(self, user) -> tuple[bool, bool]:
+        """(may decide at all, may see this page), and the viewer's per-agent rights
+        (`self.rights`: one query, which also fills the permission cache)."""
+        self.rights = agent_rights(user, fresh=True)
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
 
     async def disconnect(self, code: int) -> None:
@@ -237,6 +242,8 @@ class InboxConsumer(_Base):
         so counting a large inbox never delays the rest."""
         if not self._matches(event) or not await self.still_allowed():
             return
+        if not self.rights.can_view(event["agent"]):
+            return  # an agent hidden from this viewer: not even a toast
         dom_id = f"request-{event['request_pk']}"
         shows_card = self.filters["state"] in ("all", event["state"])
         created = event["created"]
@@ -245,7 +252,9 @@ class InboxConsumer(_Base):
             card = await database_sync_to_async(rendering.changed_card)(
                 event["request_pk"],
                 change=event["change"],
-                can_decide=self.can_decide,
+                can_decide=self.rights.can_decide(
+                    event["agent"], started_by_id=event.get("started_by_id")
+                ),
                 oob=not created,
             )
         elif not shows_card and not created:
@@ -254,7 +263,10 @@ class InboxConsumer(_Base):
             rendering.inbox_update(card=card, prepend=created, drop=drop, toast=self._toast(event))
         )
         if self._counts_pending():
-            count = await database_sync_to_async(rendering.pending_count)(change=event["change"])
+            count = await database_sync_to_async(rendering.pending_count)(
+                change=event["change"],
+                hidden=frozenset() if self.rights.superuser else self.rights.hidden,
+            )
             await self.push(rendering.pending_count_html(count))
 
     def _toast(self, event: dict) -> dict:
@@ -282,13 +294,28 @@ class RunConsumer(_Base):
     def live_groups(self) -> list[str]:
         return [run_group(self.run_id)]
 
+    def _permissions(self, user) -> tuple[bool, bool]:
+        """The page's permission, and the run's agent visible to this viewer (a missing run
+        is allowed: its page says it no longer exists)."""
+        can_decide, allowed = super()._permissions(user)
+        run = Run.objects.filter(pk=self.run_id).values("agent", "started_by_id").first()
+        self.run_agent = run["agent"] if run else ""
+        self.run_starter = run["started_by_id"] if run else None
+        return can_decide, allowed and (run is None or self.rights.can_view(self.run_agent))
+
+    def _body(self, change: str | None = None) -> str:
+        return rendering.run_body(
+            self.run_id,
+            # the run's own actions (cancel, retry); its open request may differ (the starter rule)
+            can_decide=self.rights.can_decide(self.run_agent, approving=False),
+            open_can_decide=self.rights.can_decide(self.run_agent, started_by_id=self.run_starter),
+            change=change,
+        )
+
     def snapshot(self, user) -> str:
-        return rendering.run_body(self.run_id, can_decide=self.can_decide)
+        return self._body()
 
     async def approvals_run(self, event: dict) -> None:
         if not await self.still_allowed():
             return
-        html = await database_sync_to_async(rendering.run_body)(
-            self.run_id, can_decide=self.can_decide, change=event["change"]
-        )
-        await self.push(html)
+        await self.push(await database_sync_to_async(self._body)(event["change"]))

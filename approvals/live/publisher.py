@@ -23,16 +23,18 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from .. import events
-from ..models import ApprovalRequest
+from ..models import ApprovalRequest, Run
 from ..presenters.cards import decision_toast, own_toast
 from .groups import INBOX_GROUP, run_group, user_group
 
 log = logging.getLogger(__name__)
 
 
-def request_message(row: ApprovalRequest, *, created: bool, change: str) -> dict[str, Any]:
+def request_message(
+    row: ApprovalRequest, *, created: bool, change: str, started_by_id: Any = None
+) -> dict[str, Any]:
     """What every inbox needs to know about a changed request (no query: the row's decider
-    is loaded or already in memory)."""
+    is loaded or already in memory; `started_by_id`: the run's starter, for a pending one)."""
     tool_names = row.relay_tool_names()
     decided = row.state != ApprovalRequest.State.PENDING
     return {
@@ -41,6 +43,9 @@ def request_message(row: ApprovalRequest, *, created: bool, change: str) -> dict
         "request_pk": row.pk,
         "run_id": row.run_id,
         "agent": row.agent,
+        # A pending card's variant depends on it (whoever started the run may not approve it,
+        # where that rule is on); a decided card has no decision forms.
+        "started_by_id": started_by_id,
         "kind": row.kind,
         "state": row.state,
         "created": created,
@@ -67,7 +72,15 @@ def messages_for(
         if row is None:
             row = ApprovalRequest.objects.select_related("decided_by").filter(pk=request_pk).first()
         if row is not None:
-            out.append((INBOX_GROUP, request_message(row, created=created, change=change)))
+            starter = None
+            if row.state == ApprovalRequest.State.PENDING:
+                starter = (
+                    Run.objects.filter(pk=row.run_id)
+                    .values_list("started_by_id", flat=True)
+                    .first()
+                )
+            message = request_message(row, created=created, change=change, started_by_id=starter)
+            out.append((INBOX_GROUP, message))
     out.append((run_group(run_id), run_message(run_id, change=change)))
     return out
 

@@ -18,6 +18,7 @@ from django.core.cache import cache
 from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
 
+from .. import selectors
 from ..models import ApprovalRequest, Run
 from ..presenters.cards import request_card
 from ..presenters.pages import inbox_context, run_context_for
@@ -74,16 +75,23 @@ def changed_card(request_pk: int, *, change: str, can_decide: bool, oob: bool) -
     return _once(f"toolnexus:live:card:{request_pk}:{change}:{can_decide:d}{oob:d}", render)
 
 
-def pending_count(*, change: str) -> int:
+def pending_count(*, change: str, hidden: frozenset[str] = frozenset()) -> int:
+    """Pending requests as of `change`, of the agents a viewer sees (`hidden`: the others)."""
+
     def count() -> str:
-        return str(ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count())
+        return str(selectors.request_list(state="pending", hidden_agents=hidden).count())
 
-    return int(_once(f"toolnexus:live:pending:{change}", count))
+    scope = ",".join(sorted(hidden))
+    return int(_once(f"toolnexus:live:pending:{change}:{scope}", count))
 
 
-def run_body(run_id: int, *, can_decide: bool, change: str | None = None) -> str:
-    """The run page's live region, out of band (`change`: cache it for that change; None for
-    a page's own snapshot)."""
+def run_body(
+    run_id: int, *, can_decide: bool, open_can_decide: bool | None = None, change: str | None = None
+) -> str:
+    """The run page's live region, out of band (`can_decide`: the run's own actions;
+    `open_can_decide`: its open request's card, when that differs; `change`: cache it for that
+    change, None for a page's own snapshot)."""
+    open_decide = can_decide if open_can_decide is None else open_can_decide
 
     def render() -> str:
         run = Run.objects.filter(pk=run_id).select_related("started_by").first()
@@ -91,12 +99,16 @@ def run_body(run_id: int, *, can_decide: bool, change: str | None = None) -> str
             return render_to_string("approvals/_live.html#run-gone")
         return render_to_string(
             "approvals/run_detail.html#run-body",
-            {**run_context_for(run, can_decide=can_decide), "body_oob": True, **NO_REQUEST},
+            {
+                **run_context_for(run, can_decide=can_decide, open_can_decide=open_decide),
+                "body_oob": True,
+                **NO_REQUEST,
+            },
         )
 
     if change is None:
         return mark_safe(render())
-    return _once(f"toolnexus:live:run:{run_id}:{change}:{can_decide:d}", render)
+    return _once(f"toolnexus:live:run:{run_id}:{change}:{can_decide:d}{open_decide:d}", render)
 
 
 def request_list(user, filters: dict[str, str], page: int | str | None) -> str:

@@ -842,3 +842,83 @@ async def test_one_account_cannot_hold_more_live_pages_than_the_cap(settings):
         await again.disconnect()
     finally:
         await second.disconnect()
+
+
+# -- per-agent access and the starter rule over sockets ------------------------------------
+
+
+def _restrict_demo_to_a_new_group(*members):
+    """`demo` becomes visible (and decidable) to the members of a group of its own only."""
+    from django.contrib.auth.models import Group
+
+    from approvals.models import AgentAccess, AgentPolicy
+
+    group = Group.objects.create(name="Refunds")
+    policy = AgentPolicy.objects.create(agent="demo")
+    AgentAccess.objects.create(policy=policy, group=group, can_decide=True)
+    for user in members:
+        user.groups.add(group)
+
+
+async def test_a_hidden_agents_requests_never_reach_an_outsiders_inbox(second_demo_agent):
+    owner = await user_of("reviewer")
+    outsider = await user_of("reviewer")
+    await database_sync_to_async(_restrict_demo_to_a_new_group)(owner)
+    theirs, _ = await open_socket("/ws/inbox/", owner)
+    mine, _ = await open_socket("/ws/inbox/", outsider)
+    try:
+        _, hidden = await halted_run(owner)  # agent demo
+        frame = await theirs.receive_from(timeout=TIMEOUT)
+        assert f'id="request-{hidden.pk}"' in frame
+        assert "1 request pending" in await theirs.receive_from(timeout=TIMEOUT)
+        assert await mine.receive_nothing(timeout=0.3)  # no card, no toast, no count
+
+        run = await in_thread(start_and_halt, user=owner, agent="demo2", prompt="Refund A-1, $1")
+        visible = await database_sync_to_async(pending_request)(run)
+        frame = await mine.receive_from(timeout=TIMEOUT)
+        assert f'id="request-{visible.pk}"' in frame
+        # the outsider's count leaves out what they may not see
+        assert "1 request pending" in await mine.receive_from(timeout=TIMEOUT)
+        assert "2 requests pending" in (
+            await theirs.receive_from(timeout=TIMEOUT) + await theirs.receive_from(timeout=TIMEOUT)
+        )
+    finally:
+        await theirs.disconnect()
+        await mine.disconnect()
+
+
+async def test_a_hidden_agents_run_page_socket_is_refused():
+    owner = await user_of("reviewer")
+    outsider = await user_of("reviewer")
+    await database_sync_to_async(_restrict_demo_to_a_new_group)(owner)
+    run, _ = await halted_run(owner)
+    comm = await communicator(f"/ws/runs/{run.pk}/", outsider)
+    connected, code = await comm.connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4403)
+    await comm.disconnect()
+    allowed, body = await open_socket(f"/ws/runs/{run.pk}/", owner)
+    assert "Waiting for a decision" in body
+    await allowed.disconnect()
+
+
+async def test_whoever_started_a_run_gets_no_approve_form_where_the_starter_rule_holds(settings):
+    settings.TOOLNEXUS_STARTER_CANNOT_APPROVE = True
+    starter = await user_of("reviewer")
+    colleague = await user_of("reviewer")
+    own, _ = await open_socket("/ws/inbox/", starter)
+    other, _ = await open_socket("/ws/inbox/", colleague)
+    try:
+        run, row = await halted_run(starter)
+        own_card = await own.receive_from(timeout=TIMEOUT)
+        other_card = await other.receive_from(timeout=TIMEOUT)
+        assert f"/requests/{row.request_id}/approve/" in other_card
+        assert f"/requests/{row.request_id}/approve/" not in own_card
+        assert f'id="request-{row.pk}"' in own_card
+        # the run page agrees: the starter may still cancel the run, not approve its request
+        page, body = await open_socket(f"/ws/runs/{run.pk}/", starter)
+        assert f"/requests/{row.request_id}/approve/" not in body
+        assert "Cancel this run" in body
+        await page.disconnect()
+    finally:
+        await own.disconnect()
+        await other.disconnect()
