@@ -462,6 +462,16 @@ TOOLNEXUS_RUN_LEASE_SECONDS = int(env("TOOLNEXUS_RUN_LEASE_SECONDS", "30"))
 TOOLNEXUS_MAINTENANCE_SECONDS = float(env("TOOLNEXUS_MAINTENANCE_SECONDS", "10"))
 # How often an idle worker looks for new tasks.
 TOOLNEXUS_WORKER_INTERVAL = float(env("TOOLNEXUS_WORKER_INTERVAL", "0.2"))
+# `serve` (Daphne) closes slow and idle connections: an HTTP response not finished within
+# TOOLNEXUS_HTTP_TIMEOUT s (503 if it had not started; 0: no limit), a connection idle or
+# still sending its request for TOOLNEXUS_HTTP_IDLE_TIMEOUT s (0: never), a websocket the app
+# has not accepted within TOOLNEXUS_WS_CONNECT_TIMEOUT s, and an open websocket that answers
+# no ping (one every TOOLNEXUS_WS_PING_INTERVAL s) within TOOLNEXUS_WS_PING_TIMEOUT s.
+TOOLNEXUS_HTTP_TIMEOUT = float(env("TOOLNEXUS_HTTP_TIMEOUT", "60"))
+TOOLNEXUS_HTTP_IDLE_TIMEOUT = float(env("TOOLNEXUS_HTTP_IDLE_TIMEOUT", "60"))
+TOOLNEXUS_WS_CONNECT_TIMEOUT = float(env("TOOLNEXUS_WS_CONNECT_TIMEOUT", "10"))
+TOOLNEXUS_WS_PING_INTERVAL = float(env("TOOLNEXUS_WS_PING_INTERVAL", "20"))
+TOOLNEXUS_WS_PING_TIMEOUT = float(env("TOOLNEXUS_WS_PING_TIMEOUT", "30"))
 # Live pages (websockets) one account may hold open at once; more are refused (0: no cap).
 TOOLNEXUS_MAX_SOCKETS_PER_USER = int(env("TOOLNEXUS_MAX_SOCKETS_PER_USER", "30"))
 # Default expiry for requests that carry no expiresAt (0: never).

@@ -10,10 +10,14 @@ call again for the same run after a crash at any point:
 - relay executors are journaled the same way before the answer is built;
 - a decided request is applied with `run_with_answer` until a checkpoint marks it applied;
   after that, an interrupted run carries on with `continue_run`.
+
+The engine runs through `async_to_sync`: in a worker, on the worker process's one event loop
+(see worker.py), with the agent's model client kept for that loop (clients.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -32,7 +36,7 @@ from .. import agents, events
 from ..domain.exceptions import LeaseLost
 from ..domain.records import set_run_status
 from ..models import ApprovalRequest, RequestCall, Run, ToolExecution
-from . import journal, store
+from . import clients, journal, store
 from .identity import current_worker_id
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,14 @@ def drive(run_id: int) -> str:
     except LeaseLost as exc:
         log.warning("%s", exc)
         return "lease lost"
+    except asyncio.CancelledError:
+        # The worker's loop cancelled the step (`serve` shutting down): not a failure of
+        # the run, which goes back to the queue from its last checkpoint.
+        log.warning("run %s: its worker stopped mid-step; queueing it again", run_id)
+        requeue = lambda: run_requeue(  # noqa: E731
+            run_id=run_id, worker_id=worker_id, reason="its worker stopped"
+        )
+        return _settle_safely(run_id, worker_id, requeue, "requeued")
     except Exception as exc:  # the run records every failure; the worker carries on
         log.exception("run %s failed", run_id)
         error = f"{type(exc).__name__}: {exc}"
@@ -298,9 +310,10 @@ async def _drive(
         applied["pk"] = None  # committed with this checkpoint: later ones need not repeat it
 
     toolkit = await create_toolkit(builtins=False, extra_tools=_prepare_tools(agent, run.pk))
-    client = agent.build_client(run.system_prompt)
-    client.hooks = _with_checkpoints(client.hooks, checkpoint)
-    async with client, toolkit:
+    # In a worker, the agent's client (and its connections) is kept for the worker's loop and
+    # reused run after run; each run gets its own copy with its system prompt and hooks.
+    async with toolkit, clients.client_for_run(agent, run.system_prompt) as client:
+        client.hooks = _with_checkpoints(client.hooks, checkpoint)
         if request is not None and answer is not None:
             return await client.run_with_answer(toolkit, run.messages, request.to_engine(), answer)
         if run.messages:

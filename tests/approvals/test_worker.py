@@ -1,18 +1,30 @@
-"""The worker side: expiry, model failures and retry, crash recovery without double runs."""
+"""The worker side: expiry, model failures and retry, crash recovery without double runs, and
+the worker itself (the stock worker's loop and options, one event loop and one model client
+for a worker's life)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import threading
+import time
+from contextlib import contextmanager
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
+from django_tasks_db.compat import task_finished, task_started
+from django_tasks_db.models import DBTaskResult
 
 from approvals import agents, services
 from approvals.agents.demo import demo_generate, demo_tools
 from approvals.domain.exceptions import LeaseLost, NotAllowed
 from approvals.execution import journal, recovery, runner, store
+from approvals.execution import worker as worker_module
 from approvals.execution.worker import Worker
 from approvals.models import ApprovalRequest, Event, Run, ToolExecution
 from toolnexus import Tool, ToolResult, create_client, create_in_process_client
@@ -20,6 +32,7 @@ from toolnexus.approval import approval_required
 from toolnexus.relay import relay_tool
 
 from .factories import (
+    MockOpenAI,
     drain,
     fresh,
     lapse_lease,
@@ -318,6 +331,14 @@ def _kill_once(monkeypatch, name: str, *, when=lambda: True) -> list[bool]:
     return killed
 
 
+def _drain_and_die() -> None:
+    """drain() while the worker "dies": WorkerKilled escapes the run's code, and the stock
+    worker records it on the task row (as it does any exception) and carries on."""
+    drain()
+    (killed,) = DBTaskResult.objects.filter(exception_class_path__endswith=".WorkerKilled")
+    assert killed.status == "FAILED"
+
+
 def _recover(run: Run) -> None:
     lapse_lease(run)
     assert recovery.runs_recover_stale() == 1
@@ -329,8 +350,7 @@ def _recover(run: Run) -> None:
 def test_killed_after_a_native_tool_ran_it_is_not_run_again(crash_agent, monkeypatch, step):
     killed = _kill_once(monkeypatch, step, when=lambda: len(TOOL_RUNS) > 0)
     run = services.run_start(agent="crashy", prompt="count once", started_by=make_user())
-    with pytest.raises(WorkerKilled):
-        drain()
+    _drain_and_die()
     assert killed and len(TOOL_RUNS) == 1
     run = fresh(run)
     assert run.status == "running" and run.worker_id  # the dead worker still "holds" it
@@ -351,8 +371,7 @@ def test_killed_while_a_native_tool_was_running_reports_an_unknown_outcome(
 ):
     killed = _kill_once(monkeypatch, "execution_finish")
     run = services.run_start(agent="crashy", prompt="count", started_by=make_user())
-    with pytest.raises(WorkerKilled):
-        drain()
+    _drain_and_die()
     assert killed and len(TOOL_RUNS) == 1
     _recover(run)
     run = fresh(run)
@@ -385,8 +404,7 @@ def test_killed_after_an_approved_gated_tool_ran_it_is_not_run_again(crash_agent
     services.request_approve(request_id=request.request_id, user=user)
 
     _kill_once(monkeypatch, "run_checkpoint", when=lambda: len(TOOL_RUNS) > 0)
-    with pytest.raises(WorkerKilled):
-        drain()
+    _drain_and_die()
     assert len(TOOL_RUNS) == 1
     _recover(run)
     run = fresh(run)
@@ -482,8 +500,7 @@ def test_killed_after_a_relay_executor_ran_recovery_does_not_run_it_again(
     request = run.requests.get()
     services.request_approve(request_id=request.request_id, user=user)
     _kill_once(monkeypatch, step, when=lambda: len(EXECUTOR_RUNS) > 0)
-    with pytest.raises(WorkerKilled):
-        drain()
+    _drain_and_die()
     assert EXECUTOR_RUNS == [{"order": "A-4004", "amount": 44}]
 
     _recover(run)
@@ -535,3 +552,294 @@ def test_drain_marks_task_rows_finished():
     assert task.status == "SUCCESSFUL"
     assert task.return_value == "pending"
     assert drain() == 0
+
+
+# -- the stock worker, one event loop, one model client ------------------------------------------
+
+
+def _wait(check, what: str, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+@contextmanager
+def serving(**options):
+    """A Worker served on an event loop of its own in another thread, as a `db_worker`
+    process runs it (`run_forever`), with the loop visible to the test: (worker, loop)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-worker-loop", daemon=True)
+    thread.start()
+    worker = Worker(**{"maintenance_every": 0, "interval": 0.05, **options})
+    served = asyncio.run_coroutine_threadsafe(worker.serve(), loop)
+    try:
+        _wait(lambda: worker._idle_wait in worker_module._idle_waits, "the worker to start")
+        yield worker, loop
+    finally:
+        worker.stop.set()
+        served.result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        loop.close()
+
+
+def _status(run: Run, *statuses: str) -> Run | None:
+    run = fresh(run)
+    return run if run.status in statuses else None
+
+
+@pytest.fixture
+def loop_agent():
+    """`looper`: the demo's model and tools; records the loop of every model call, every
+    client its factory builds, and every client closed."""
+    seen: dict[str, list] = {"loops": [], "built": [], "closed": []}
+
+    def generate(request):
+        seen["loops"].append(asyncio.get_running_loop())
+        return demo_generate(request)
+
+    def model():
+        client = create_in_process_client(generate=generate, model="looper")
+        seen["built"].append(client)
+        close = client.backend.aclose
+
+        async def aclose():
+            seen["closed"].append(client)
+            await close()
+
+        client.backend.aclose = aclose
+        return client
+
+    agents.register("looper", model=model, tools=demo_tools, replace=True)
+    yield seen
+    agents.unregister("looper")
+
+
+def test_a_worker_drives_every_run_and_resume_on_its_one_loop_with_one_client(loop_agent):
+    user = make_user()
+    with serving() as (_, loop):
+        runs = [
+            services.run_start(agent="looper", prompt=f"Refund order A-{n}, ${n}", started_by=user)
+            for n in (1, 2)
+        ]
+        for run in runs:
+            _wait(lambda run=run: _status(run, "pending"), f"run {run.pk} to halt")
+            request = run.requests.get()
+            services.request_decline(request_id=request.request_id, user=user, reason="no")
+            _wait(lambda run=run: _status(run, "done"), f"run {run.pk} to finish")
+        assert loop_agent["closed"] == []  # kept while the worker runs
+    # Four drives (two runs, two resumes), every model call on the worker's loop ...
+    assert len(loop_agent["loops"]) == 4
+    assert all(seen is loop for seen in loop_agent["loops"])
+    # ... through the one client the agent's factory built for it, closed when it stopped.
+    assert len(loop_agent["built"]) == 1
+    assert loop_agent["closed"] == loop_agent["built"]
+    for run in runs:
+        assert tool_output(fresh(run), "call_refund") == "relay declined for refund: no"
+
+
+def test_each_run_gets_its_own_system_prompt_on_the_kept_client(loop_agent):
+    agents.register(
+        "looper",
+        model=agents.get("looper").model,
+        tools=demo_tools,
+        system_prompt="the agent's prompt",
+        replace=True,
+    )
+    user = make_user()
+    first = services.run_start(agent="looper", prompt="a question", started_by=user)
+    second = services.run_start(agent="looper", prompt="a question", started_by=user)
+    Run.objects.filter(pk=second.pk).update(system_prompt="this run's prompt")
+    with serving():
+        for run in (first, second):
+            _wait(lambda run=run: _status(run, "pending", "done"), f"run {run.pk}")
+    assert fresh(first).messages[0] == {"role": "system", "content": "the agent's prompt"}
+    assert fresh(second).messages[0] == {"role": "system", "content": "this run's prompt"}
+    (kept,) = loop_agent["built"]
+    assert kept.system_prompt == "the agent's prompt" and kept.hooks is None
+
+
+class _Socket(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@pytest.fixture
+def socket_model():
+    """`socketed`: MockOpenAI's replies over a real loopback socket; the client port of
+    every request is recorded (one port: one connection, reused)."""
+    model = MockOpenAI(tool="refund", tool_input={"order": "S-1", "amount": 3})
+    ports: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            ports.append(self.client_address[1])
+            reply = model.handler(httpx.Request("POST", "http://model/", content=body))
+            self.send_response(reply.status_code)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply.content)))
+            self.end_headers()
+            self.wfile.write(reply.content)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = _Socket(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    agents.register(
+        "socketed",
+        model=lambda: create_client(base_url=url, style="openai", model="x", retries=0),
+        tools=demo_tools,
+        replace=True,
+    )
+    yield ports
+    agents.unregister("socketed")
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_model_connection_outlives_a_run_in_a_worker(socket_model):
+    user = make_user()
+    with serving():
+        runs = [
+            services.run_start(agent="socketed", prompt="refund", started_by=user) for _ in (1, 2)
+        ]
+        for run in runs:
+            _wait(lambda run=run: _status(run, "pending"), f"run {run.pk} to halt")
+            request = run.requests.get()
+            services.request_decline(request_id=request.request_id, user=user, reason="no")
+            _wait(lambda run=run: _status(run, "done"), f"run {run.pk} to finish")
+    assert len(socket_model) == 4  # two runs, two resumes: four model calls ...
+    assert len(set(socket_model)) == 1  # ... over one connection
+
+
+def test_drain_outside_a_worker_builds_and_closes_a_client_per_run(loop_agent):
+    start_and_halt(agent="looper")
+    start_and_halt(agent="looper", prompt="refund A-2 $2")
+    assert len(loop_agent["built"]) == 2
+    assert loop_agent["closed"] == loop_agent["built"]
+
+
+def test_an_enqueue_wakes_an_idle_worker_and_stop_ends_it_at_once():
+    user = make_user()
+    with serving(interval=60):
+        time.sleep(0.2)  # idle: waiting out a 60 s poll
+        started = time.monotonic()
+        run = services.run_start(agent="demo", prompt="refund A-1 $1", started_by=user)
+        _wait(lambda: _status(run, "pending"), "the run to halt", timeout=5)
+        assert time.monotonic() - started < 5
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 3  # `serving` returned: the worker has stopped
+
+
+def test_the_worker_sends_the_stock_task_signals():
+    started, finished = [], []
+
+    def on_started(sender, task_result, **kwargs):
+        started.append(task_result.id)
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append((task_result.id, task_result.status))
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+        drain()
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    (task,) = tasks_for(run)
+    assert started == [str(task.id)]
+    assert [(str(i), str(s)) for i, s in finished] == [(str(task.id), "SUCCESSFUL")]
+
+
+def test_db_worker_takes_the_stock_options():
+    user = make_user()
+    runs = [services.run_start(agent="demo", prompt="refund", started_by=user) for _ in (1, 2)]
+    out = io.StringIO()
+    call_command("db_worker", "--batch", "--queue-name", "elsewhere", stdout=out)
+    assert "ran 0 task(s)" in out.getvalue()
+    out = io.StringIO()
+    call_command("db_worker", "--batch", "--max-tasks", "1", "--worker-id", "w-one", stdout=out)
+    assert "ran 1 task(s)" in out.getvalue()
+    out = io.StringIO()
+    call_command("db_worker", "--batch", "--queue-name", "*", "--exclude-queues", "x", stdout=out)
+    assert "ran 1 task(s)" in out.getvalue()
+    assert {fresh(run).status for run in runs} == {"pending"}
+    assert ["w-one"] in [t.worker_ids for run in runs for t in tasks_for(run)]
+    with pytest.raises(CommandError, match="exclude-queues"):
+        call_command("db_worker", "--batch", "--exclude-queues", "x", stdout=io.StringIO())
+
+
+def test_a_long_worker_id_still_holds_its_runs():
+    worker = Worker(maintenance_every=0, worker_id="w" * 64)
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    held: list[str] = []
+    real = store.run_checkpoint
+
+    def spy(**kwargs):
+        held.append(kwargs["worker_id"])
+        return real(**kwargs)
+
+    store.run_checkpoint = spy
+    try:
+        assert worker.drain() == 1
+    finally:
+        store.run_checkpoint = real
+    assert fresh(run).status == "pending"
+    assert held and all(len(h) <= 64 and h.startswith("w" * 51 + ":") for h in held)
+
+
+def test_a_step_cancelled_at_shutdown_goes_back_to_the_queue_and_carries_on_later():
+    """`serve` cancels a step still running when its shutdown grace is over: the run is queued
+    again from its last checkpoint, not failed; the next worker finishes it."""
+    generating = threading.Event()
+
+    async def stuck(request):
+        generating.set()
+        await asyncio.sleep(60)
+
+    agents.register(
+        "stuck", model=lambda: create_in_process_client(generate=stuck), tools=[], replace=True
+    )
+    try:
+        run = services.run_start(agent="stuck", prompt="hi", started_by=make_user())
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        worker = Worker(maintenance_every=0, interval=0.05)
+        served = asyncio.run_coroutine_threadsafe(worker.serve(), loop)
+        assert generating.wait(10)
+        worker.stop.set()
+        served.cancel()  # what `start_on_daphne` does once the grace is over
+        _wait(lambda: worker._idle_wait not in worker_module._idle_waits, "the worker to stop")
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        loop.close()
+
+        run = fresh(run)
+        assert run.status == "queued" and run.worker_id == "" and run.error == ""
+        actions = list(Event.objects.filter(run=run).values_list("action", flat=True))
+        assert "run_requeued" in actions and "run_failed" not in actions
+        assert sorted((t.status, t.return_value) for t in tasks_for(run)) == [
+            ("READY", None),
+            ("SUCCESSFUL", "requeued"),
+        ]
+        agents.register(
+            "stuck",
+            model=lambda: create_in_process_client(generate=lambda r: {"content": "later"}),
+            tools=[],
+            replace=True,
+        )
+        assert drain() == 1
+        run = fresh(run)
+        assert run.status == "done" and run.text == "later"
+    finally:
+        agents.unregister("stuck")

@@ -1,31 +1,108 @@
-import signal
+"""`manage.py db_worker`: django-tasks-db's command, running the app's `Worker`.
 
-from django.core.management.base import BaseCommand
+Same options as the stock command (`--queue-name`, `--exclude-queues`, `--interval`,
+`--batch`, `--max-tasks`, `--backend`, `--worker-id`, `--reload`, `--no-startup-delay`);
+`--interval` defaults to TOOLNEXUS_WORKER_INTERVAL. The worker (approvals.execution.worker)
+adds wake-ups, run leases and maintenance, and runs its whole life on one event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.core.management.base import CommandError
+from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
+from django_tasks_db.management.commands.db_worker import Command as StockCommand
+from django_tasks_db.management.commands.db_worker import logger as stock_log
 
 from approvals.execution.worker import Worker
 
+_SIGNALS = [
+    signal.SIGINT,
+    signal.SIGTERM,
+    *([signal.SIGQUIT] if hasattr(signal, "SIGQUIT") else []),
+]
 
-class Command(BaseCommand):
-    help = "Run a background worker: executes runs and resumes, expires overdue requests, recovers abandoned runs."
+
+class Command(StockCommand):
+    help = (
+        "Run a background worker: executes runs and resumes, expires overdue requests, "
+        "recovers abandoned runs."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument(
-            "--interval", type=float, default=None, help="seconds between polls when idle"
+        super().add_arguments(parser)
+        parser.set_defaults(interval=settings.TOOLNEXUS_WORKER_INTERVAL)
+
+    def handle(
+        self,
+        *,
+        verbosity: int,
+        queue_name: str,
+        interval: float,
+        batch: bool,
+        backend_name: str,
+        startup_delay: bool,
+        reload: bool,
+        max_tasks: int | None,
+        worker_id: str,
+        exclude_queues: str,
+        **options,
+    ) -> None:
+        # The stock command's handling of its options, with the app's Worker.
+        self.configure_logging(verbosity)
+        if reload and batch:
+            stock_log.warning(
+                "Warning: --reload and --batch cannot be specified together. Disabling autoreload."
+            )
+            reload = False
+        queue_names = queue_name.split(",")
+        excluded_queue_names = exclude_queues.split(",") if exclude_queues else []
+        if excluded_queue_names and "*" not in queue_names:
+            raise CommandError("--exclude-queues can only be used with --queue-name=*")
+        worker = Worker(
+            queue_names=queue_names,
+            excluded_queue_names=excluded_queue_names,
+            interval=interval,
+            batch=batch,
+            backend_name=backend_name,
+            startup_delay=startup_delay,
+            max_tasks=max_tasks,
+            worker_id=worker_id,
         )
-        parser.add_argument("--batch", action="store_true", help="run what is ready, then exit")
-        parser.add_argument("--worker-id", default=None)
-
-    def handle(self, *, interval, batch, worker_id, **options):
-        worker = Worker(interval=interval, worker_id=worker_id)
         if batch:
-            worker.maintenance()
-            self.stdout.write(f"ran {worker.drain()} task(s)")
+            with _signals(worker):
+                worker.run_forever()
+            self.stdout.write(f"ran {worker.ran} task(s)")
             return
+        reloader_child = os.environ.get(DJANGO_AUTORELOAD_ENV) == "true"
+        if reloader_child or not reload:  # not the reloader's parent, which runs no worker
+            self.stdout.write(f"worker {worker.worker_id} running (Ctrl+C to stop)")
+            self.stdout.flush()
+        if reload:
+            if reloader_child:
+                worker.configure_signals()
+            run_with_reloader(worker.run_forever)
+        else:
+            with _signals(worker):
+                worker.run_forever()
 
-        def stop(signum, frame):
-            worker.stop.set()
 
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        self.stdout.write(f"worker {worker.worker_id} running (Ctrl+C to stop)")
-        worker.run_forever()
+@contextmanager
+def _signals(worker: Worker) -> Iterator[None]:
+    """The worker's SIGINT/SIGTERM handling while it runs; the previous handlers after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only: its owner handles them
+        return
+    previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    worker.configure_signals()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,7 +1,7 @@
 """`python manage.py serve`: the whole app in one process on the embedded defaults.
 
-Applies migrations, makes sure the demo accounts exist (printing their passwords), starts a
-worker thread, and serves HTTP and websockets with Daphne.
+Applies migrations, makes sure the demo accounts exist (printing their passwords), and serves
+HTTP and websockets with Daphne, with a worker running on the server's event loop.
 
 Loopback (the default, 127.0.0.1) is the laptop setup: DEBUG on, demo accounts with a printed
 password, the `admin` superuser among them. Any other bind (`--host 0.0.0.0`) lets other
@@ -145,7 +145,7 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
-        from approvals.execution.worker import start_in_process_worker
+        from approvals.execution.worker import Worker, start_on_daphne
 
         allowed = [
             name.strip() for item in allowed_host for name in item.split(",") if name.strip()
@@ -170,26 +170,34 @@ class Command(BaseCommand):
                 self.stdout.write(f"demo account: {username} / {password}  ({role})")
         if not plan.loopback:
             self._warn_exposed(plan, port)
-        worker = thread = None
-        if not no_worker:
-            worker, thread = start_in_process_worker()
-            self.stdout.write("worker: in-process thread")
+        worker = None if no_worker else Worker()
+        if worker is not None:
+            self.stdout.write("worker: in-process, on the server's event loop")
         # Imported after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
         from toolnexus_web.asgi import application
 
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
+
+        def ready() -> None:
+            # In the reactor's thread, before it runs. The worker runs on the server's loop
+            # until shutdown, when it finishes its current step (or that step is cancelled:
+            # its checkpoint is where the next start resumes).
+            server.http_factory.timeOut = settings.TOOLNEXUS_HTTP_IDLE_TIMEOUT or None
+            if worker is not None:
+                start_on_daphne(worker)
+
         server = Server(
             application=application,
             endpoints=build_endpoint_description_strings(host=host, port=port),
             verbosity=0,
+            ready_callable=ready,
+            # Slow and idle connections are closed (docs/operations.md, "Server timeouts").
+            http_timeout=settings.TOOLNEXUS_HTTP_TIMEOUT or None,
+            websocket_connect_timeout=settings.TOOLNEXUS_WS_CONNECT_TIMEOUT,
+            ping_interval=settings.TOOLNEXUS_WS_PING_INTERVAL,
+            ping_timeout=settings.TOOLNEXUS_WS_PING_TIMEOUT,
         )
-        try:
-            server.run()
-        finally:
-            if worker is not None:
-                # Let the current step finish: its checkpoint is where the next start resumes.
-                worker.stop.set()
-                thread.join(timeout=30)
+        server.run()
         if not server.listening_addresses:
             raise CommandError(f"could not listen on {host}:{port} (see the log above)")
 
