@@ -1,10 +1,5 @@
-"""What a decision costs and how its live push goes out.
-
-The query ceilings guard the decision path against regressions (every statement is a round
-trip on PostgreSQL while the reviewer waits); the push tests pin that a decision's message is
-built from the decided row in memory, sent when the decision commits, and rendered only by
-the pages that show it, once per change and variant.
-"""
+"""What a decision costs: the query ceilings guard the decision path against regressions
+(every statement is a round trip on PostgreSQL while the reviewer waits)."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from approvals import services
-from approvals.live import publisher, rendering
-from approvals.live.groups import INBOX_GROUP, run_group
 
 from .factories import bearer, make_user, post_json, start_and_halt
 
@@ -96,99 +89,3 @@ def test_the_run_lock_of_a_decision_does_not_read_the_transcript():
         services.request_decline(request_id=request_id, user=user, reason="no")
     run_reads = [s for s in _statements(ctx) if s.startswith("SELECT") and "approvals_run" in s]
     assert run_reads and all('"messages"' not in s for s in run_reads), run_reads
-
-
-# -- the live push ---------------------------------------------------------------------------
-
-
-def test_a_decisions_push_is_built_from_the_row_in_memory_and_carries_no_html():
-    user = make_user()
-    run = start_and_halt(user=user)
-    request_id = run.requests.get().request_id
-    row = services.request_decline(request_id=request_id, user=user, reason="over the limit")
-    with CaptureQueriesContext(connection) as ctx:
-        from_memory = publisher.messages_for(
-            run_id=run.pk, request_pk=row.pk, created=False, decided=row
-        )
-    assert _statements(ctx) == []
-    from_database = publisher.messages_for(
-        run_id=run.pk, request_pk=row.pk, created=False, decided=None
-    )
-
-    def without_change(messages):
-        return [(group, {**m, "change": None}) for group, m in messages]
-
-    assert without_change(from_memory) == without_change(from_database)
-    (inbox_group, event), (run_grp, run_event) = from_memory
-    assert (inbox_group, run_grp) == (INBOX_GROUP, run_group(run.pk))
-    assert event["change"] == run_event["change"]  # one change, one name for its renderings
-    assert f"Already declined by {user.username}" in event["toast"]
-    assert "The agent wants to run refund" in event["toast"]
-    assert not any("<" in str(value) for value in [*event.values(), *run_event.values()])
-
-
-def test_a_decision_is_pushed_when_it_commits_before_its_service_returns(monkeypatch):
-    user = make_user()
-    run = start_and_halt(user=user)
-    sent = []
-    monkeypatch.setattr(publisher, "send", sent.append)
-    services.request_decline(request_id=run.requests.get().request_id, user=user, reason="no")
-    assert [[group for group, _ in batch] for batch in sent] == [[INBOX_GROUP, run_group(run.pk)]]
-    assert sent[0][0][1]["state"] == "declined"
-
-
-def test_a_rolled_back_change_is_never_pushed(monkeypatch):
-    from django.db import transaction
-
-    user = make_user()
-    run = start_and_halt(user=user)
-    sent = []
-    monkeypatch.setattr(publisher, "send", sent.append)
-    with pytest.raises(RuntimeError), transaction.atomic():
-        services.request_decline(request_id=run.requests.get().request_id, user=user)
-        raise RuntimeError("the caller fails after the decision")
-    assert sent == []
-    assert run.requests.get().state == "pending"
-
-
-def test_a_decided_card_is_rendered_once_for_deciders_and_watchers():
-    user = make_user()
-    run = start_and_halt(user=user)
-    row = services.request_decline(request_id=run.requests.get().request_id, user=user, reason="no")
-    decide = rendering.changed_card(row.pk, change="c1", can_decide=True, oob=True)
-    view = rendering.changed_card(row.pk, change="c1", can_decide=False, oob=True)
-    assert decide == view
-    assert "/decline/" not in decide
-    assert 'hx-swap-oob="true"' in decide
-
-
-def test_a_pending_card_differs_for_deciders_and_watchers():
-    user = make_user()
-    run = start_and_halt(user=user)
-    row = run.requests.get()
-    decide = rendering.changed_card(row.pk, change="c2", can_decide=True, oob=False)
-    view = rendering.changed_card(row.pk, change="c2", can_decide=False, oob=False)
-    assert "/decline/" in decide
-    assert "/decline/" not in view
-    assert "hx-swap-oob" not in decide  # inserted into the list, not swapped by id
-
-
-def test_a_change_is_rendered_and_counted_once_however_many_pages_ask():
-    user = make_user()
-    run = start_and_halt(user=user)
-    row = run.requests.get()
-    with CaptureQueriesContext(connection) as ctx:
-        cards = {
-            rendering.changed_card(row.pk, change="c3", can_decide=True, oob=True) for _ in range(5)
-        }
-        counts = {rendering.pending_count(change="c3") for _ in range(5)}
-    assert len(cards) == 1 and counts == {1}
-    statements = _statements(ctx)
-    assert sum(s.startswith("SELECT COUNT(*)") for s in statements) == 1
-    assert (
-        sum('FROM "approvals_approvalrequest"' in s and "COUNT" not in s for s in statements) == 1
-    )
-    # a later change is rendered afresh: a page never gets a stale card
-    services.request_decline(request_id=row.request_id, user=user)
-    after = rendering.changed_card(row.pk, change="c4", can_decide=True, oob=True)
-    assert "state-declined" in after and rendering.pending_count(change="c4") == 0
