@@ -249,7 +249,7 @@ class InboxConsumer(_Base):
         created = event["created"]
         card, drop = "", ""
         if shows_card and not (created and str(self.page) != "1"):
-            card = await database_sync_to_async(rendering.changed_card)(
+            card = await rendering.card_for_change(
                 event["request_pk"],
                 change=event["change"],
                 can_decide=self.rights.can_decide(
@@ -263,7 +263,7 @@ class InboxConsumer(_Base):
             rendering.inbox_update(card=card, prepend=created, drop=drop, toast=self._toast(event))
         )
         if self._counts_pending():
-            count = await database_sync_to_async(rendering.pending_count)(
+            count = await rendering.count_for_change(
                 change=event["change"],
                 hidden=frozenset() if self.rights.superuser else self.rights.hidden,
             )
@@ -303,19 +303,23 @@ class RunConsumer(_Base):
         self.run_starter = run["started_by_id"] if run else None
         return can_decide, allowed and (run is None or self.rights.can_view(self.run_agent))
 
-    def _body(self, change: str | None = None) -> str:
-        return rendering.run_body(
-            self.run_id,
+    def _variants(self) -> dict[str, bool]:
+        return {
             # the run's own actions (cancel, retry); its open request may differ (the starter rule)
-            can_decide=self.rights.can_decide(self.run_agent, approving=False),
-            open_can_decide=self.rights.can_decide(self.run_agent, started_by_id=self.run_starter),
-            change=change,
-        )
+            "can_decide": self.rights.can_decide(self.run_agent, approving=False),
+            "open_can_decide": self.rights.can_decide(
+                self.run_agent, started_by_id=self.run_starter
+            ),
+        }
 
     def snapshot(self, user) -> str:
-        return self._body()
+        return rendering.run_body(self.run_id, **self._variants())
 
     async def approvals_run(self, event: dict) -> None:
         if not await self.still_allowed():
             return
-        await self.push(await database_sync_to_async(self._body)(event["change"]))
+        await self.push(
+            await rendering.run_body_for_change(
+                self.run_id, change=event["change"], **self._variants()
+            )
+        )

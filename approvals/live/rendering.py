@@ -1,8 +1,10 @@
 """The HTML of live pages, from the same template partials the views render.
 
 A change is rendered when a page that shows it receives its message, at most once per change
-and variant in a process (`_once`): a burst of changes nobody watches costs no rendering at
-all, and a hundred open inboxes cost one rendering of a new card, not a hundred.
+and variant in a process (`FRAGMENTS`): the first page to ask renders it in a thread, every
+other page of the process awaits that same result on the event loop, with no thread hop and
+no query. A burst of changes nobody watches costs no rendering at all, and a hundred open
+inboxes cost one rendering of a new card and one count, not a hundred.
 
 Fragments are rendered without a request, so they carry no CSRF token: every form in them
 posts through htmx (hx-post, or hx-boost for plain forms), which sends the token the page
@@ -11,12 +13,14 @@ holds in `<body hx-headers>`. Nothing is ever substituted into rendered HTML.
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
-from django.core.cache import cache
+from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
-from django.utils.safestring import mark_safe
 
 from .. import selectors
 from ..models import ApprovalRequest, Run
@@ -25,19 +29,42 @@ from ..presenters.pages import inbox_context, run_context_for
 
 # The CSRF tag renders nothing for this value (and warns about nothing): see the docstring.
 NO_REQUEST = {"csrf_token": "NOTPROVIDED"}
-CACHE_SECONDS = 60  # a change's fragments are wanted within moments of it, or never
-# One rendering at a time per process: the second page asking for the same fragment finds
-# it in the cache instead of rendering it again (rendering holds the GIL anyway).
-_rendering = threading.Lock()
 
 
-def _once(key: str, render: Callable[[], str]) -> str:
-    with _rendering:
-        html = cache.get(key)
-        if html is None:
-            html = str(render())
-            cache.set(key, html, CACHE_SECONDS)
-    return mark_safe(html)  # our own templates, autoescaped
+class FragmentCache:
+    """What recent changes rendered, per event loop: one computation per key, shared by
+    every page that asks while it runs or after. Keys name a change (each change has its
+    own), so an entry never goes stale; only the latest `size` keys are kept."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._by_loop: weakref.WeakKeyDictionary[Any, OrderedDict[str, asyncio.Future]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def get(self, key: str, compute: Callable[[], Any]) -> Any:
+        """`compute` (sync: it reads the database) runs once per key, in a thread."""
+        loop = asyncio.get_running_loop()
+        entries = self._by_loop.setdefault(loop, OrderedDict())
+        future = entries.get(key)
+        if future is not None:
+            return await asyncio.shield(future)
+        future = loop.create_future()
+        entries[key] = future
+        while len(entries) > self.size:
+            entries.popitem(last=False)
+        try:
+            future.set_result(await database_sync_to_async(compute)())
+        except BaseException as exc:
+            entries.pop(key, None)  # the next page asks again
+            future.set_exception(exc)
+            future.exception()  # retrieved: the pages waiting on it re-raise it themselves
+            raise
+        return future.result()
+
+
+# The process's fragments (a registry of renderings, keyed by change).
+FRAGMENTS = FragmentCache()
 
 
 def _request_row(request_pk: int) -> ApprovalRequest | None:
@@ -61,54 +88,57 @@ def card_html(row: ApprovalRequest, *, can_decide: bool, oob: bool = False) -> s
     )
 
 
-def changed_card(request_pk: int, *, change: str, can_decide: bool, oob: bool) -> str:
-    """A changed request's card as of `change` ("" when the request is gone). A decided card
-    has no decision forms: one rendering serves deciders and watchers alike."""
-
-    def render() -> str:
-        row = _request_row(request_pk)
-        if row is None:
-            return ""
-        decide = can_decide and row.state == ApprovalRequest.State.PENDING
-        return card_html(row, can_decide=decide, oob=oob)
-
-    return _once(f"toolnexus:live:card:{request_pk}:{change}:{can_decide:d}{oob:d}", render)
+def changed_card(request_pk: int, *, can_decide: bool, oob: bool) -> str:
+    """A changed request's card as it is now ("" when the request is gone). A decided card
+    has no decision forms: deciders and watchers get the same one."""
+    row = _request_row(request_pk)
+    if row is None:
+        return ""
+    decide = can_decide and row.state == ApprovalRequest.State.PENDING
+    return card_html(row, can_decide=decide, oob=oob)
 
 
-def pending_count(*, change: str, hidden: frozenset[str] = frozenset()) -> int:
-    """Pending requests as of `change`, of the agents a viewer sees (`hidden`: the others)."""
-
-    def count() -> str:
-        return str(selectors.request_list(state="pending", hidden_agents=hidden).count())
-
-    scope = ",".join(sorted(hidden))
-    return int(_once(f"toolnexus:live:pending:{change}:{scope}", count))
+async def card_for_change(request_pk: int, *, change: str, can_decide: bool, oob: bool) -> str:
+    key = f"card:{request_pk}:{change}:{can_decide:d}{oob:d}"
+    return await FRAGMENTS.get(
+        key, lambda: changed_card(request_pk, can_decide=can_decide, oob=oob)
+    )
 
 
-def run_body(
-    run_id: int, *, can_decide: bool, open_can_decide: bool | None = None, change: str | None = None
-) -> str:
+def pending_count(hidden: frozenset[str] = frozenset()) -> int:
+    """Pending requests of the agents a viewer sees (`hidden`: the others)."""
+    return selectors.request_list(state="pending", hidden_agents=hidden).count()
+
+
+async def count_for_change(*, change: str, hidden: frozenset[str] = frozenset()) -> int:
+    key = f"pending:{change}:{','.join(sorted(hidden))}"
+    return await FRAGMENTS.get(key, lambda: pending_count(hidden))
+
+
+def run_body(run_id: int, *, can_decide: bool, open_can_decide: bool | None = None) -> str:
     """The run page's live region, out of band (`can_decide`: the run's own actions;
-    `open_can_decide`: its open request's card, when that differs; `change`: cache it for that
-    change, None for a page's own snapshot)."""
+    `open_can_decide`: its open request's card, when that differs)."""
     open_decide = can_decide if open_can_decide is None else open_can_decide
+    run = Run.objects.filter(pk=run_id).select_related("started_by").first()
+    if run is None:
+        return render_to_string("approvals/_live.html#run-gone")
+    return render_to_string(
+        "approvals/run_detail.html#run-body",
+        {
+            **run_context_for(run, can_decide=can_decide, open_can_decide=open_decide),
+            "body_oob": True,
+            **NO_REQUEST,
+        },
+    )
 
-    def render() -> str:
-        run = Run.objects.filter(pk=run_id).select_related("started_by").first()
-        if run is None:
-            return render_to_string("approvals/_live.html#run-gone")
-        return render_to_string(
-            "approvals/run_detail.html#run-body",
-            {
-                **run_context_for(run, can_decide=can_decide, open_can_decide=open_decide),
-                "body_oob": True,
-                **NO_REQUEST,
-            },
-        )
 
-    if change is None:
-        return mark_safe(render())
-    return _once(f"toolnexus:live:run:{run_id}:{change}:{can_decide:d}{open_decide:d}", render)
+async def run_body_for_change(
+    run_id: int, *, change: str, can_decide: bool, open_can_decide: bool
+) -> str:
+    key = f"run:{run_id}:{change}:{can_decide:d}{open_can_decide:d}"
+    return await FRAGMENTS.get(
+        key, lambda: run_body(run_id, can_decide=can_decide, open_can_decide=open_can_decide)
+    )
 
 
 def request_list(user, filters: dict[str, str], page: int | str | None) -> str:
