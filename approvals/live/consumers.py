@@ -17,8 +17,10 @@ edited, a session expiring) is caught within RECHECK_SECONDS.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import time
 from importlib import import_module
 from urllib.parse import parse_qs
@@ -38,6 +40,8 @@ try:  # what Daphne's websocket layer raises on a send after the client went awa
     from autobahn.exception import Disconnected as ClientGone
 except ImportError:  # another ASGI server
     ClientGone = ()  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
 
 MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving client
 RECHECK_SECONDS = 30.0  # how stale a viewer's checked access may be when a push arrives
@@ -78,7 +82,9 @@ class _Base(AsyncWebsocketConsumer):
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.push(await database_sync_to_async(self.snapshot)(user))
+        # Off the thread-sensitive thread (see rendering.FragmentCache): a page's snapshot
+        # must not hold up the messages of every other page of the process.
+        await self.push(await database_sync_to_async(self.snapshot, thread_sensitive=False)(user))
 
     def _groups(self) -> list[str]:
         return [*self.live_groups(), user_group(self.user_id)]
@@ -316,10 +322,31 @@ class RunConsumer(_Base):
         return rendering.run_body(self.run_id, **self._variants())
 
     async def approvals_run(self, event: dict) -> None:
+        """Render and send the run's body as of the latest change. The rendering runs beside
+        the message loop: changes that arrive meanwhile (a resume makes several within
+        milliseconds) are coalesced into one rendering of the newest."""
         if not await self.still_allowed():
             return
-        await self.push(
-            await rendering.run_body_for_change(
-                self.run_id, change=event["change"], **self._variants()
-            )
-        )
+        self.next_change = event["change"]
+        if getattr(self, "sending", None) is None or self.sending.done():
+            self.sending = asyncio.get_running_loop().create_task(self._send_latest())
+
+    async def _send_latest(self) -> None:
+        while self.next_change is not None:
+            change, self.next_change = self.next_change, None
+            try:
+                html = await rendering.run_body_for_change(
+                    self.run_id, change=change, **self._variants()
+                )
+            except Exception:  # the page heals at the next change or reconnect
+                log.exception("rendering run %s for a live page failed", self.run_id)
+                continue
+            await self.push(html)
+
+    async def disconnect(self, code: int) -> None:
+        sending = getattr(self, "sending", None)
+        if sending is not None and not sending.done():
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sending
+        await super().disconnect(code)

@@ -54,7 +54,11 @@ class FragmentCache:
         while len(entries) > self.size:
             entries.popitem(last=False)
         try:
-            future.set_result(await database_sync_to_async(compute)())
+            # Not in the one thread-sensitive thread: channels hops every message of every
+            # consumer through it (to close old connections), so a rendering there would hold
+            # up every page of the process. Any pool thread will do (its own connection).
+            result = await database_sync_to_async(compute, thread_sensitive=False)()
+            future.set_result(result)
         except BaseException as exc:
             entries.pop(key, None)  # the next page asks again
             future.set_exception(exc)

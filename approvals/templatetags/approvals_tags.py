@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 from urllib.parse import urlsplit
@@ -121,6 +122,13 @@ def render_markdown(value: Any) -> str:
     text = value if isinstance(value, str) else str(value)
     if not text.strip():
         return ""
+    return _render_text(text)
+
+
+# A transcript is rendered again on every change to its run (pages, live pushes) while its
+# messages stay the same: the same text gives the same HTML, so recent ones are kept.
+@functools.lru_cache(maxsize=4096)
+def _render_text(text: str) -> str:
     cut = len(text) - MARKDOWN_MAX_CHARS
     if cut > 0:
         text = text[:MARKDOWN_MAX_CHARS] + f"\n\n*(… {cut:,} more characters not shown)*"

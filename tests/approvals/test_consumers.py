@@ -922,3 +922,37 @@ async def test_whoever_started_a_run_gets_no_approve_form_where_the_starter_rule
     finally:
         await own.disconnect()
         await other.disconnect()
+
+
+async def test_a_burst_of_run_changes_is_rendered_once_for_the_newest(monkeypatch):
+    """A resume makes several changes within milliseconds: a run page renders the one that is
+    newest when its previous rendering is done, not every one in turn."""
+    import time as clock
+
+    from approvals.live import rendering
+
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    rendered = []
+    original = rendering.run_body
+
+    def slow(run_id, **kwargs):
+        rendered.append(run_id)
+        clock.sleep(0.3)  # a transcript that takes a while to render
+        return original(run_id, **kwargs)
+
+    monkeypatch.setattr(rendering, "run_body", slow)
+    try:
+        layer = get_channel_layer()
+        for i in range(5):
+            await layer.group_send(run_group(run.pk), publisher.run_message(run.pk, change=f"b{i}"))
+        frames = [await comm.receive_from(timeout=TIMEOUT) for _ in range(2)]
+        extra = []
+        while not await comm.receive_nothing(timeout=0.5):
+            extra.append(await comm.receive_from(timeout=TIMEOUT))
+        assert not extra, (len(extra), len(rendered))
+        assert all('id="run-body"' in frame for frame in frames)
+        assert len(rendered) == 2  # the first change, then the newest of the other four
+    finally:
+        await comm.disconnect()
