@@ -232,7 +232,7 @@ class ApprovalRequestAdmin(ReadOnlyAdmin):
             self.message_user(request, problem, messages.WARNING)
 
     def has_decide_permission(self, request):
-        return request.user.has_perm("approvals.decide_request")
+        return request.user.has_perm(permissions.DECIDE_PERMISSION)
 
 
 class RequestInline(admin.TabularInline):
@@ -313,7 +313,7 @@ class RunAdmin(ReadOnlyAdmin):
         return False  # runs start through the API or the start page, not a bare form
 
     def has_retry_permission(self, request):
-        return request.user.has_perm("approvals.add_run")
+        return request.user.has_perm(permissions.START_PERMISSION)
 
 
 @admin.register(Event)
@@ -391,7 +391,7 @@ class ApiTokenAdmin(ReadOnlyAdmin):
         self.message_user(request, f"{count} token(s) revoked.", messages.SUCCESS)
 
     def has_revoke_permission(self, request):
-        return request.user.has_perm("approvals.change_apitoken")
+        return request.user.has_perm(permissions.perm("change_apitoken"))
 
 
 class AgentPolicyForm(forms.ModelForm):

@@ -1,4 +1,7 @@
-"""The JSON API for hosts (see the project's api.md). OpenAPI schema at /api/openapi.json.
+"""The JSON API for hosts (see the project's api.md). Mounted by `approvals.urls` under
+`api/` (the demo project: /api/), OpenAPI schema at `<mount>api/openapi.json`; its URL
+namespace is `approvals:toolnexus_api`. Every answer is JSON, errors included (500s too
+when DEBUG is off; unknown URLs under the mount are 404 JSON, see approvals/urls.py).
 
 Endpoints parse with pydantic schemas, call one selector or service, and return plain
 dicts; domain exceptions become `{"detail": ...}` with the status the service chose.
@@ -29,6 +32,7 @@ from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict, StrictBool, StrictStr
 
 from . import permissions, selectors, services
+from .conf import app_settings
 from .domain.exceptions import ServiceError
 from .domain.jsonvalues import strict_json_loads
 from .models import ApprovalRequest
@@ -42,13 +46,13 @@ class SettingRateThrottle(SimpleRateThrottle):
     turns it off. Client addresses come from `permissions.client_ip` (proxy-aware only for
     TOOLNEXUS_TRUSTED_PROXIES; a client cannot pick its own through X-Forwarded-For)."""
 
-    setting = ""
+    setting = ""  # the name in approvals.conf (TOOLNEXUS_ + this in settings)
 
     def __init__(self) -> None:  # the rate is read per request, not once
         self.rate = None
 
     def _configure(self) -> bool:
-        self.rate = getattr(settings, self.setting, "") or None
+        self.rate = (getattr(app_settings, self.setting) if self.setting else "") or None
         if self.rate is None:
             return False
         self.num_requests, self.duration = self.parse_rate(self.rate)
@@ -67,7 +71,7 @@ class TokenRateThrottle(SettingRateThrottle):
     """Requests per bearer token (TOOLNEXUS_API_TOKEN_RATE); sessions are not counted here."""
 
     scope = "token"
-    setting = "TOOLNEXUS_API_TOKEN_RATE"
+    setting = "API_TOKEN_RATE"
 
     def get_cache_key(self, request: HttpRequest) -> str | None:
         token = getattr(request, "api_token", None)
@@ -81,7 +85,7 @@ class UserRateThrottle(SettingRateThrottle):
     (TOOLNEXUS_API_USER_RATE)."""
 
     scope = "user"
-    setting = "TOOLNEXUS_API_USER_RATE"
+    setting = "API_USER_RATE"
 
     def get_cache_key(self, request: HttpRequest) -> str | None:
         user = getattr(request, "user", None)
@@ -97,7 +101,7 @@ class AuthFailureThrottle(SettingRateThrottle):
     that hit)."""
 
     scope = "bearer_failure"
-    setting = "TOOLNEXUS_API_AUTH_FAILURE_RATE"
+    setting = "API_AUTH_FAILURE_RATE"
 
     def get_cache_key(self, request: HttpRequest) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
@@ -184,7 +188,8 @@ api = NinjaAPI(
     ),
     auth=[BearerToken(), BrowserSession()],
     throttle=[TokenRateThrottle(), UserRateThrottle()],
-    urls_namespace="api",
+    # Nested in the app's namespace: never "api", which a host project may use itself.
+    urls_namespace="approvals:toolnexus_api",
 )
 
 
@@ -212,7 +217,10 @@ class CallDecisionIn(Strict):
 
 class ApproveIn(Strict):
     input: dict[str, Any] | None = Field(
-        None, description="edited arguments (validated against the tool's schema)"
+        None,
+        description="edited arguments (validated against the tool's schema); for an input"
+        " request or an MCP server's question (kind elicitation), the form's content"
+        " (validated against its data.schema)",
     )
     output: StrictStr | None = Field(
         None, description="the typed output, for a relay call without an executor or a question"
@@ -224,7 +232,10 @@ class ApproveIn(Strict):
 
 class DeclineIn(Strict):
     reason: StrictStr | None = Field(
-        None, max_length=services.MAX_REASON_CHARS, description='empty or absent means "declined"'
+        None,
+        max_length=services.MAX_REASON_CHARS,
+        description='empty or absent means "declined"; an MCP server\'s question is declined'
+        " as such (the server hears decline) and the reason is kept in the record",
     )
 
 
@@ -424,6 +435,16 @@ def _too_big(request, exc):
     return api.create_response(request, {"detail": "request body too large"}, status=413)
 
 
+@api.exception_handler(Exception)
+def _server_error(request, exc: Exception):
+    # With DEBUG on, Django's debug page shows the traceback; otherwise clients get JSON
+    # (whatever the host project's handler500 renders) and the log gets the traceback.
+    if settings.DEBUG:
+        raise exc
+    log.error("server error on %s", request.path, exc_info=exc)
+    return api.create_response(request, {"detail": "Internal server error"}, status=500)
+
+
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request, exc):
     return api.create_response(
@@ -455,7 +476,7 @@ def start_run(request, payload: RunIn):
     "/runs", response={200: RunPage, **ERRORS}, tags=["runs"], summary="List runs, newest first"
 )
 def list_runs(request, filters: Query[RunListFilter]):
-    hidden = _can_view(request, "approvals.view_run")
+    hidden = _can_view(request, permissions.VIEW_RUNS)
     qs = selectors.run_list(
         status=filters.status or None, agent=filters.agent or None, hidden_agents=hidden
     )
@@ -465,7 +486,7 @@ def list_runs(request, filters: Query[RunListFilter]):
 
 @api.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, tags=["runs"], summary="Read a run")
 def get_run(request, run_id: int):
-    hidden = _can_view(request, "approvals.view_run")
+    hidden = _can_view(request, permissions.VIEW_RUNS)
     return selectors.run_view(selectors.run_get(run_id=run_id, hidden_agents=hidden))
 
 
@@ -476,7 +497,7 @@ def get_run(request, run_id: int):
     summary="The run's transcript, as stored",
 )
 def get_run_messages(request, run_id: int):
-    hidden = _can_view(request, "approvals.view_run")
+    hidden = _can_view(request, permissions.VIEW_RUNS)
     return selectors.run_messages(run_id=run_id, hidden_agents=hidden)
 
 
@@ -516,7 +537,7 @@ STATES = set(ApprovalRequest.State.values)
     summary="List requests, newest first",
 )
 def list_requests(request, filters: Query[RequestFilter]):
-    hidden = _can_view(request, "approvals.view_approvalrequest")
+    hidden = _can_view(request, permissions.VIEW_REQUESTS)
     if filters.state and filters.state not in STATES:
         raise services.InvalidInput(f"state: must be one of {', '.join(sorted(STATES))}")
     qs = selectors.request_list(
@@ -536,7 +557,7 @@ def list_requests(request, filters: Query[RequestFilter]):
     summary="Read a request",
 )
 def get_request(request, request_id: str):
-    hidden = _can_view(request, "approvals.view_approvalrequest")
+    hidden = _can_view(request, permissions.VIEW_REQUESTS)
     return selectors.request_view(
         selectors.request_get(request_id=request_id, hidden_agents=hidden)
     )

@@ -7,10 +7,14 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The composition root: agents are discovered, and the live layer hears changes.
+        # The composition root: settings get their defaults, the system checks are
+        # registered, agents are discovered, and the live layer hears changes.
+        from . import checks, conf
         from .agents.discovery import autodiscover
         from .live import access, publisher  # noqa: F401  (publisher hears approvals.events.changed)
 
+        conf.install_defaults()
+        checks.register()
         autodiscover()
         _connect_token_revocation()
         access.connect()

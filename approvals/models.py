@@ -82,11 +82,21 @@ class ApprovalRequest(models.Model):
         EXPIRED = "expired"
         CANCELLED = "cancelled"
 
+    class Kind(models.TextChoices):
+        """The engine's suspension kinds (a host's own kinds are stored as they come)."""
+
+        TOOL_CALL = "tool_call", "relay call"
+        APPROVAL = "approval", "approval"
+        QUESTION = "question", "question"
+        INPUT = "input", "input"
+        AUTHORIZATION = "authorization", "sign-in"
+        ELICITATION = "elicitation", "MCP question"  # an MCP server asks during a tool call
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="requests")
     agent = models.CharField(max_length=100, help_text="Copied from the run for the inbox filter.")
     # The engine's wire fields.
     request_id = models.CharField("request id", max_length=200, unique=True)
-    kind = models.CharField(max_length=50)
+    kind = models.CharField(max_length=50, choices=Kind.choices)
     prompt = models.TextField(blank=True, default="")
     url = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)

@@ -1,7 +1,7 @@
 """Who may do what: the permission names, the checks services make, per-agent access, the
 default groups, the demo accounts `serve` prints, the one-query permission backend (which
-also refuses sign-ins while django-axes has locked them out), and how a client's address is
-read for throttling and lockout.
+also refuses sign-ins while django-axes, when installed, has locked them out), and how a
+client's address is read for throttling and lockout.
 
 Per-agent access (`AgentPolicy`, `AgentAccess`, managed in the admin) is enforced here and
 only here: selectors take `hidden_agents(user)`, pages, the API and the admin ask
@@ -16,20 +16,29 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from axes.backends import AxesStandaloneBackend
-from django.conf import settings
+from django.apps import apps as django_apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.db.models import BooleanField, CharField, Exists, IntegerField, OuterRef, Q, Value
 
+from .conf import app_settings
 from .domain.exceptions import NotAllowed
 from .models import AgentPolicy
 
-VIEW_REQUESTS = "approvals.view_approvalrequest"
-VIEW_RUNS = "approvals.view_run"
-DECIDE_PERMISSION = "approvals.decide_request"
-START_PERMISSION = "approvals.add_run"
+# Permission names carry the app's label as Django registered it (its AppConfig's `label`).
+APP_LABEL = AgentPolicy._meta.app_label
+
+
+def perm(codename: str) -> str:
+    """A permission of this app by codename: "decide_request" -> "<label>.decide_request"."""
+    return f"{APP_LABEL}.{codename}"
+
+
+VIEW_REQUESTS = perm("view_approvalrequest")
+VIEW_RUNS = perm("view_run")
+DECIDE_PERMISSION = perm("decide_request")
+START_PERMISSION = perm("add_run")
 
 
 def require(user: Any, permission: str, action: str) -> None:
@@ -175,7 +184,7 @@ def _load_access(user: Any, *, with_permissions: bool) -> None:
         hidden=frozenset() if superuser else frozenset(listed - viewable),
         no_decide=frozenset() if superuser else frozenset(listed - decidable),
         starter_rule=frozenset(starter_rule),
-        starter_rule_everywhere=bool(getattr(settings, "TOOLNEXUS_STARTER_CANNOT_APPROVE", False)),
+        starter_rule_everywhere=bool(app_settings.STARTER_CANNOT_APPROVE),
     )
     if user is not None:
         setattr(user, _RIGHTS_CACHE, rights)
@@ -288,7 +297,7 @@ def client_ip(request: Any) -> str | None:
     address (a request built in code)."""
     meta = getattr(request, "META", None) or {}
     candidate = meta.get("REMOTE_ADDR") or ""
-    proxies = int(getattr(settings, "TOOLNEXUS_TRUSTED_PROXIES", 0) or 0)
+    proxies = int(app_settings.TRUSTED_PROXIES or 0)
     forwarded = meta.get("HTTP_X_FORWARDED_FOR", "")
     if proxies > 0 and forwarded:
         hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
@@ -325,54 +334,72 @@ GROUPS = {"Reviewers": REVIEWER_PERMISSIONS, "Watchers": WATCHER_PERMISSIONS}
 
 
 def ensure_groups() -> dict[str, Group]:
+    """The Reviewers and Watchers groups, each with exactly its permissions (made if missing;
+    `manage.py approvals_groups`). Needs the app's migrations applied."""
     groups = {}
     for name, codenames in GROUPS.items():
         group, _ = Group.objects.get_or_create(name=name)
         group.permissions.set(
-            Permission.objects.filter(content_type__app_label="approvals", codename__in=codenames)
+            Permission.objects.filter(content_type__app_label=APP_LABEL, codename__in=codenames)
         )
         groups[name] = group
     return groups
 
 
-def ensure_demo_accounts(password: str) -> list[tuple[str, str]]:
-    """`reviewer` and `reviewer2` decide; `watcher` only watches; `admin` is a superuser.
-    Their passwords are (re)set to `password` on every start."""
+# Marks the accounts `ensure_demo_accounts` made: only those are ever touched again.
+DEMO_GROUP = "Demo accounts"
+DEMO_ACCOUNTS = [
+    ("reviewer", "Reviewers", "can decide"),
+    ("reviewer2", "Reviewers", "can decide"),
+    ("watcher", "Watchers", "view only"),
+]
+DEMO_SUPERUSER = ("admin", None, "superuser, Django admin at /admin/")
+
+
+def ensure_demo_accounts(password: str, *, superuser: bool = True) -> list[tuple[str, str]]:
+    """The demo accounts with `password`: `reviewer` and `reviewer2` decide, `watcher` only
+    watches, and with `superuser` an `admin` superuser. Returns (username, role) of each
+    account that now has `password`.
+
+    An account is made once and put in the "Demo accounts" group; on later calls only
+    members of that group get the new password (`serve` prints a fresh one at each start).
+    A user of the same name that this did not make (a host project's own `admin`) is left
+    exactly as it is, never given a password or made a superuser, and is not returned."""
     groups = ensure_groups()
+    marker, _ = Group.objects.get_or_create(name=DEMO_GROUP)
     User = get_user_model()
-    accounts = [
-        ("reviewer", "Reviewers", "can decide"),
-        ("reviewer2", "Reviewers", "can decide"),
-        ("watcher", "Watchers", "view only"),
-    ]
     made = []
-    for username, group, role in accounts:
-        user, _ = User.objects.get_or_create(username=username)
+    for username, group, role in [*DEMO_ACCOUNTS, *([DEMO_SUPERUSER] if superuser else [])]:
+        user = User._default_manager.filter(**{User.USERNAME_FIELD: username}).first()
+        if user is None:
+            user = User(**{User.USERNAME_FIELD: username})
+        elif not user.groups.filter(pk=marker.pk).exists():
+            continue  # not ours
+        user.is_staff = user.is_superuser = group is None
         user.set_password(password)
-        user.is_staff = False
         user.save()
-        user.groups.add(groups[group])
+        user.groups.add(marker, *([groups[group]] if group else []))
         made.append((username, role))
-    admin, _ = User.objects.get_or_create(username="admin")
-    admin.is_staff = admin.is_superuser = True
-    admin.set_password(password)
-    admin.save()
-    made.append(("admin", "superuser, Django admin at /admin/"))
     return made
 
 
-class PermissionBackend(AxesStandaloneBackend, ModelBackend):
+class OneQueryPermissionBackend(ModelBackend):
     """Django's ModelBackend, reading a user's own and group permissions in ONE query instead
     of two: every API call and page checks a permission on a freshly loaded user.
 
-    Signing in goes through django-axes first: while a username and address are locked out
-    (too many failed passwords) even the right password is refused, and axes' middleware
-    answers with the lockout page. One backend does both, so sessions keep naming this
-    class (AUTHENTICATION_BACKENDS[0]) and permission checks keep their single query."""
+    Name it as `approvals.permissions.PermissionBackend` in AUTHENTICATION_BACKENDS: with
+    django-axes installed that is this backend plus axes' lockout (`lockout`): while a
+    username and address are locked out (too many failed passwords) even the right password
+    is refused, and axes' middleware answers with the lockout page. One backend does both,
+    so sessions keep naming one class (AUTHENTICATION_BACKENDS[0]) and permission checks
+    keep their single query. Without axes (a project that does not use it) it is this
+    class alone."""
+
+    lockout: Any = None  # axes' AxesStandaloneBackend, in PermissionBackend
 
     def authenticate(self, request, username=None, password=None, **kwargs):
-        if request is not None:  # axes needs the request (the address); scripts have none
-            AxesStandaloneBackend.authenticate(self, request, username, password, **kwargs)
+        if request is not None and self.lockout is not None:  # axes needs the request
+            self.lockout.authenticate(self, request, username, password, **kwargs)
         return ModelBackend.authenticate(self, request, username, password, **kwargs)
 
     def get_all_permissions(self, user_obj, obj=None) -> set[str]:
@@ -381,3 +408,28 @@ class PermissionBackend(AxesStandaloneBackend, ModelBackend):
         if not hasattr(user_obj, _PERM_CACHE):  # with the per-agent rights, one query
             _load_access(user_obj, with_permissions=True)
         return getattr(user_obj, _PERM_CACHE)
+
+
+def _permission_backend() -> type:
+    """PermissionBackend: made on first use, once the installed apps are known, so that a
+    project without django-axes never imports it (its models need the app installed)."""
+    if not django_apps.is_installed("axes"):
+        return OneQueryPermissionBackend
+    from axes.backends import AxesStandaloneBackend
+
+    return type(
+        "PermissionBackend",
+        (OneQueryPermissionBackend, AxesStandaloneBackend),
+        {
+            "__module__": __name__,
+            "__doc__": OneQueryPermissionBackend.__doc__,
+            "lockout": AxesStandaloneBackend,
+        },
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PermissionBackend":
+        backend = globals()["PermissionBackend"] = _permission_backend()
+        return backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

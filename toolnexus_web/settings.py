@@ -300,7 +300,6 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -396,8 +395,8 @@ TOOLNEXUS_STARTER_CANNOT_APPROVE = env_bool("TOOLNEXUS_STARTER_CANNOT_APPROVE", 
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 
 # No inline script or style, no eval: htmx runs with allowEval, includeIndicatorStyles and
-# allowScriptTags off (base.html's htmx-config), and app.js holds every handler. CSP Level 3
-# 'self' covers the live websockets (ws:/wss: to the same host and port).
+# allowScriptTags off (approvals/base.html's htmx-config), and approvals/app.js holds every
+# handler. CSP Level 3 'self' covers the live websockets (ws:/wss: to the same host and port).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
@@ -455,6 +454,10 @@ LOGGING = {
 TOOLNEXUS_AGENT_MODULES = env_list("TOOLNEXUS_AGENT_MODULES")
 # The demo agent's in-process model works offline; set to 0 to hide the demo agent.
 TOOLNEXUS_DEMO_AGENT = env_bool("TOOLNEXUS_DEMO_AGENT", True)
+# This project is the demo: `serve` applies migrations and, on loopback, makes the demo
+# accounts (both off by default in a host project; approvals/conf.py).
+TOOLNEXUS_SERVE_MIGRATE = True
+TOOLNEXUS_DEMO_ACCOUNTS = True
 # A running run's lease: its worker's heartbeat renews it every third of this; when the
 # worker dies, another worker takes the run over once it lapses.
 TOOLNEXUS_RUN_LEASE_SECONDS = int(env("TOOLNEXUS_RUN_LEASE_SECONDS", "30"))

@@ -1,17 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from approvals.api import api
-
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/", api.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("approvals.web.urls")),
+    # The app at the root: pages at /, the API at /api/, the live pages' sockets at /ws/.
+    path("", include("approvals.urls")),
 ]
 
-# API clients get JSON for every error, also for URLs no endpoint matches (e.g. an id with a
-# "/" in it); pages keep Django's own.
+# The app answers its own errors (JSON under the API, its 403 page); these cover the rest of
+# the project the same way (admin and sign-in pages, URLs outside the app).
 handler403 = "approvals.web.views.permission_denied"  # names the missing permission
 handler404 = "approvals.web.views.not_found"
 handler500 = "approvals.web.views.server_error"

@@ -2,9 +2,32 @@
 
 from approvals import agents
 agents.register("support", model=lambda: create_client(...), tools=lambda: [...],
-                executors={"refund": do_refund}, system_prompt="...", description="...")
+                executors={"refund": do_refund}, system_prompt="...", description="...",
+                mcp_servers=[McpServer.stdio("time", "mcp-server-time")])
 """
 
-from .registry import Agent, UnknownAgent, all, get, register, require, unregister
+from .registry import (
+    MCP_LABEL_SEPARATOR,
+    Agent,
+    UnknownAgent,
+    all,
+    get,
+    mcp_server_of_label,
+    mcp_tool_label,
+    register,
+    require,
+    unregister,
+)
 
-__all__ = ["Agent", "UnknownAgent", "all", "get", "register", "require", "unregister"]
+__all__ = [
+    "MCP_LABEL_SEPARATOR",
+    "Agent",
+    "UnknownAgent",
+    "all",
+    "get",
+    "mcp_server_of_label",
+    "mcp_tool_label",
+    "register",
+    "require",
+    "unregister",
+]

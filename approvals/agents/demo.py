@@ -1,10 +1,14 @@
 """The built-in `demo` agent: a deterministic in-process model, so the whole flow works
-offline on a fresh machine. It knows four flows, picked from the prompt's words:
+offline on a fresh machine. It knows five flows, picked from the prompt's words:
 
 - a refund (default): one relay call `refund`, run by a host executor once approved;
 - "question" / "ask": the `question` builtin;
 - "email" / "two" / "both": a refund and an email relayed in ONE model turn;
-- "delete": an approval-gated `delete_account` tool.
+- "delete": an approval-gated `delete_account` tool;
+- "book" and "table" ("Book a table for tonight"): `book_table`, the tool of a small MCP
+  server shipped in this package (`demo_mcp_server`, over stdio), which asks the reviewer
+  who the table is for (an MCP elicitation) before it books. Only these runs start the
+  server (the `mcp` extra is needed for them alone).
 
 After the tools answer, it replies by reading what the tools returned, declines included.
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 from toolnexus import (
@@ -25,6 +31,7 @@ from toolnexus import (
 )
 from toolnexus.approval import approval_required
 from toolnexus.builtins import create_builtin_tools
+from toolnexus.mcp import McpServer
 from toolnexus.relay import relay_tool
 
 from .registry import register
@@ -61,6 +68,28 @@ DELETE_SCHEMA = {
 }
 
 SYSTEM_PROMPT = "You are a support agent. Refunds, emails and deletions need a human's approval."
+
+DEMO_MCP_MODULE = "approvals.agents.demo_mcp_server"
+# Where `python -m approvals...` finds the package, wherever the app is installed.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def tables_server(**options: Any) -> McpServer:
+    """The demo's MCP server (`tables`: one tool, `book_table`), run over stdio with this
+    interpreter; `options` go to `McpServer` (e.g. `env` for its log file in tests)."""
+    return McpServer.stdio(
+        "tables", sys.executable, "-m", DEMO_MCP_MODULE, cwd=_PACKAGE_ROOT, **options
+    )
+
+
+def wants_a_table(prompt: str) -> bool:
+    words = set(re.findall(r"[a-z]+", prompt.lower()))
+    return bool({"book", "booking", "reserve"} & words) and bool({"table", "tables"} & words)
+
+
+def demo_mcp_servers(run: Any) -> list[McpServer]:
+    """Only the demo runs that book a table start the MCP server (it costs a second)."""
+    return [tables_server()] if wants_a_table(getattr(run, "prompt", "") or "") else []
 
 
 def issue_refund(args: dict[str, Any]) -> str:
@@ -109,6 +138,10 @@ def _plan(prompt: str) -> list[InProcessToolCall]:
     amount = float(amount_match.group(1)) if amount_match else 250
     amount = int(amount) if amount == int(amount) else amount
     refund = InProcessToolCall("call_refund", "refund", {"order": order_id, "amount": amount})
+    if wants_a_table(prompt):
+        at = re.search(r"\b(\d{1,2}[:.]\d{2}|\d{1,2}\s*(?:am|pm))\b", words)
+        args = {"restaurant": "Trattoria Demo", "time": at.group(1) if at else "19:30"}
+        return [InProcessToolCall("call_book", "book_table", args)]
     if "question" in words or "ask" in words:
         questions = [
             {
@@ -136,6 +169,12 @@ def _plan(prompt: str) -> list[InProcessToolCall]:
 
 
 def _describe(name: str, output: str) -> str:
+    if name == "book_table":
+        # The MCP server's own result, after the engine's note of a refusal if there was one.
+        said = output.splitlines()[-1] if output else "no answer"
+        if output.startswith("declined/expired:"):
+            return f"The booking service was not given the details. It answered: {said}"
+        return f"The booking service answered: {said}"
     if output.startswith("relay declined for") or output.startswith("declined/expired:"):
         reason = re.search(r"(?:reason: |: )([^()]*?)\)?$", output)
         why = reason.group(1) if reason else "declined"
@@ -187,5 +226,9 @@ def register_demo_agent() -> None:
         tools=demo_tools,
         executors={"refund": issue_refund},
         system_prompt=SYSTEM_PROMPT,
-        description="Offline demo: refunds, a question, a two-call turn, an approval-gated deletion.",
+        description=(
+            "Offline demo: refunds, a question, a two-call turn, an approval-gated deletion,"
+            " and a table booking whose MCP server asks who it is for."
+        ),
+        mcp_servers=demo_mcp_servers,
     )

@@ -1,20 +1,21 @@
-"""Where agents come from: the demo, every installed app's agents.py, and the modules named
-in settings.TOOLNEXUS_AGENT_MODULES (imported once, at start-up)."""
+"""Where agents come from: the demo (TOOLNEXUS_DEMO_AGENT, off unless a project turns it on),
+every installed app's agents.py, and the modules named in TOOLNEXUS_AGENT_MODULES (imported
+once, at start-up)."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
 from django.apps import apps
-from django.conf import settings
 
+from ..conf import app_settings
 from .demo import register_demo_agent
 from .registry import get
 
 
 def autodiscover() -> None:
     """Import every installed app's agents.py and the configured extra modules."""
-    if getattr(settings, "TOOLNEXUS_DEMO_AGENT", True) and get("demo") is None:
+    if app_settings.DEMO_AGENT and get("demo") is None:
         register_demo_agent()
     for config in apps.get_app_configs():
         if config.name == "approvals":
@@ -24,5 +25,5 @@ def autodiscover() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != f"{config.name}.agents":
                 raise
-    for module in getattr(settings, "TOOLNEXUS_AGENT_MODULES", []):
+    for module in app_settings.AGENT_MODULES:
         import_module(module)

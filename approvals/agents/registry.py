@@ -2,25 +2,45 @@
 
     from approvals import agents
     agents.register("support", model=lambda: create_client(...), tools=lambda: [...],
-                    executors={"refund": do_refund}, system_prompt="...", description="...")
+                    executors={"refund": do_refund}, system_prompt="...", description="...",
+                    mcp_servers=[McpServer.stdio("time", "mcp-server-time")])
 
 Every installed app's `agents.py` is imported at start-up, plus the modules named in
 settings.TOOLNEXUS_AGENT_MODULES. Keys come from the environment inside `model` factories;
 nothing about a model endpoint is stored in the database.
+
+`mcp_servers` are the agent's MCP servers (`toolnexus.mcp.McpServer`s, or configuration
+dicts): the worker connects them for each step of a run and closes them at the step's end,
+so nothing of a connection outlives a step (a run resumes in any worker). They are either
+the same for every run, or picked per run by a callable given the stored run.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolnexus import Client, Tool
+from toolnexus.mcp import McpServer, require_mcp, servers_of
 
-__all__ = ["Agent", "UnknownAgent", "all", "get", "register", "require", "unregister"]
+__all__ = [
+    "Agent",
+    "UnknownAgent",
+    "all",
+    "get",
+    "mcp_server_of_label",
+    "mcp_tool_label",
+    "register",
+    "require",
+    "unregister",
+]
 
 ToolsArg = Callable[[], Iterable[Tool]] | Iterable[Tool]
+# McpServers or configuration dicts (a list, `{name: config}` or `{"mcpServers": {...}}`), or
+# a callable given the stored run (a `models.Run`) that returns them.
+McpServersArg = Callable[[Any], Any] | Iterable[Any] | Mapping[str, Any] | None
 
 
 class UnknownAgent(LookupError):
@@ -38,6 +58,16 @@ class Agent:
     # A call with an executor runs on the host once approved. Only an agent that says so lets
     # a reviewer or host type that call's result instead (an override of what would run).
     allow_typed_output: bool = False
+    # The agent's MCP servers (see `mcp_servers_for`): a tuple of McpServers, or a callable.
+    mcp_servers: tuple[McpServer, ...] | Callable[[Any], Any] = ()
+
+    def mcp_servers_for(self, run: Any) -> list[McpServer]:
+        """The MCP servers one step of `run` connects. A callable is given the stored run
+        (read it, do not change it) and must give a run the same servers at every step: a
+        resumed call needs the tool names it halted with."""
+        if not callable(self.mcp_servers):
+            return list(self.mcp_servers)
+        return list(normalize_mcp_servers(self.mcp_servers(run), agent=self.name))
 
     def build_tools(self) -> list[Tool]:
         tools = list(self.tools() if callable(self.tools) else self.tools)
@@ -71,6 +101,46 @@ class Agent:
         return schemas[1].get(tool_name)
 
 
+MCP_LABEL_SEPARATOR = " · "
+
+
+def mcp_tool_label(server: str, tool: str) -> str:
+    """How the record names an MCP server's tool: "time · get_current_time" (the journal of
+    executions keeps this name; pages show it)."""
+    return f"{server}{MCP_LABEL_SEPARATOR}{tool}" if server else tool
+
+
+def mcp_server_of_label(label: str) -> str:
+    """The server part of an `mcp_tool_label` ("" for the agent's own tools)."""
+    server, found, _ = label.partition(MCP_LABEL_SEPARATOR)
+    return server if found else ""
+
+
+def normalize_mcp_servers(value: Any, *, agent: str) -> tuple[McpServer, ...]:
+    """McpServers from what `register(mcp_servers=...)` accepts: McpServers, dicts with a
+    `name` and the keys of `McpServer.from_dict`, `{name: McpServer | config}`, or the
+    common `{"mcpServers": {...}}`. Raises ValueError or TypeError naming the agent."""
+    if value is None:
+        return ()
+    try:
+        if isinstance(value, Mapping):
+            return tuple(servers_of(value))
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            raise TypeError("mcp_servers must be McpServers or configuration dicts")
+        servers = []
+        for spec in value:
+            if isinstance(spec, Mapping):
+                config = dict(spec)
+                name = config.pop("name", None)
+                if not isinstance(name, str):
+                    raise ValueError("an MCP server's configuration dict needs a name")
+                spec = McpServer.from_dict(name, config)
+            servers.append(spec)
+        return tuple(servers_of(servers))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"agent {agent!r}: {exc}") from None
+
+
 _registry: dict[str, Agent] = {}
 _schemas: dict[str, tuple[Agent, dict[str, dict[str, Any]]]] = {}
 _lock = threading.Lock()
@@ -85,14 +155,24 @@ def register(
     system_prompt: str = "",
     description: str = "",
     allow_typed_output: bool = False,
+    mcp_servers: McpServersArg = None,
     replace: bool = False,
 ) -> Agent:
+    """Register an agent. `mcp_servers`: its MCP servers (McpServers or configuration dicts),
+    connected for each step of its runs; or a callable given the stored run that returns
+    them (e.g. only for the runs that need a server). Static servers need the `mcp` extra
+    at registration already (an ImportError naming it)."""
     if not name or not isinstance(name, str) or len(name) > 100:
         raise ValueError("an agent needs a name of 1 to 100 characters")
     if not callable(model):
         raise TypeError(f"agent {name!r}: model must be a factory returning a toolnexus Client")
     if not callable(tools):
         tools = list(tools)
+    servers = (
+        mcp_servers if callable(mcp_servers) else normalize_mcp_servers(mcp_servers, agent=name)
+    )
+    if servers and not callable(servers):
+        require_mcp()
     agent = Agent(
         name,
         model,
@@ -101,6 +181,7 @@ def register(
         system_prompt or "",
         description or "",
         allow_typed_output=bool(allow_typed_output),
+        mcp_servers=servers,
     )
     if not callable(tools):
         agent.build_tools()  # fail at registration, not at the first run

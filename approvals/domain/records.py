@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -18,6 +17,7 @@ from toolnexus import Answer, Request
 from toolnexus.relay import decline_text, relay_calls_of
 
 from .. import events
+from ..conf import app_settings
 from ..models import ApprovalRequest, Event, RequestCall, Run
 from .exceptions import AlreadyDecided, InvalidTransition
 
@@ -112,7 +112,7 @@ def set_run_status(
 def _expiry_of(request: Request) -> datetime | None:
     if request.expires_at:
         return parse_datetime(request.expires_at.replace("Z", "+00:00").replace("z", "+00:00"))
-    ttl = settings.TOOLNEXUS_REQUEST_TTL_SECONDS
+    ttl = int(app_settings.REQUEST_TTL_SECONDS or 0)
     return timezone.now() + timedelta(seconds=ttl) if ttl > 0 else None
 
 

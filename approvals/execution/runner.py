@@ -11,6 +11,11 @@ call again for the same run after a crash at any point:
 - a decided request is applied with `run_with_answer` until a checkpoint marks it applied;
   after that, an interrupted run carries on with `continue_run`.
 
+The agent's MCP servers are connected for each step and closed at its end: nothing of a
+connection outlives a step, so a run halted on a server's question (kind "elicitation")
+resumes in any worker, the call replayed with the stored answer. MCP tools are journaled
+like the agent's own, under "<server> · <tool>" (the record shows where a call ran).
+
 The engine runs through `async_to_sync`: in a worker, on the worker process's one event loop
 (see worker.py), with the agent's model client kept for that loop (clients.py).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import time
 import uuid
 from typing import Any
@@ -30,6 +36,7 @@ from django_tasks import task
 
 from toolnexus import Answer, RunResult, Tool, ToolContext, ToolResult, create_toolkit, pending_of
 from toolnexus.dialects import ANTHROPIC, OPENAI
+from toolnexus.mcp import McpServer
 from toolnexus.relay import RelayResult, answer_declined, relay_answer
 
 from .. import agents, events
@@ -70,7 +77,8 @@ def drive(run_id: int) -> str:
         agent = agents.require(run.agent)
         request = _request_to_apply(run)
         answer = _answer_for(run, agent, request) if request is not None else None
-        result = async_to_sync(_drive)(run, agent, worker_id, request, answer)
+        servers = agent.mcp_servers_for(run)  # host code may read the database: not async
+        result = async_to_sync(_drive)(run, agent, worker_id, request, answer, servers)
     except LeaseLost as exc:
         log.warning("%s", exc)
         return "lease lost"
@@ -91,6 +99,7 @@ def drive(run_id: int) -> str:
             lambda: store.run_fail(run_id=run_id, worker_id=worker_id, error=error),
             "failed",
         )
+    _keep_field_order(result)
     write = lambda: store.run_store_result(  # noqa: E731
         run_id=run_id,
         worker_id=worker_id,
@@ -98,6 +107,17 @@ def drive(run_id: int) -> str:
         applied_request_pk=request.pk if request else None,
     )
     return _settle_safely(run_id, worker_id, write, result.status)
+
+
+def _keep_field_order(result: RunResult) -> None:
+    """A form's schema (an MCP server's question, an input request) is stored as JSON, whose
+    objects PostgreSQL does not keep in order: the order its fields were asked in is kept
+    beside it, as `data.fieldOrder`, for the form reviewers fill."""
+    data = result.pending.data if result.pending is not None else None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(props, dict) and props and "fieldOrder" not in data:
+        data["fieldOrder"] = list(props)
 
 
 def _settle_safely(run_id: int, worker_id: str, write, outcome: str) -> str:
@@ -229,8 +249,9 @@ def _remembered(execution: ToolExecution) -> tuple[str, bool]:
     return execution.output, execution.is_error
 
 
-def _journaled(tool: Tool, run_id: int) -> Tool:
-    """Wrap a tool so each real execution is recorded by call id before and after it runs.
+def _journaled(tool: Tool, run_id: int, journal_name: str | None = None) -> Tool:
+    """Wrap a tool so each real execution is recorded by call id before and after it runs
+    (under `journal_name`, default the tool's name).
 
     Sync tool functions run in the worker's own thread (Django's ORM is sync-only), async
     ones on the engine's loop.
@@ -247,7 +268,11 @@ def _journaled(tool: Tool, run_id: int) -> Tool:
         if not call_id or index is None:
             return await _invoke(args, ctx)
         earlier = await sync_to_async(journal.execution_begin)(
-            run_id=run_id, message_index=index, call_id=call_id, tool_name=tool.name, input=args
+            run_id=run_id,
+            message_index=index,
+            call_id=call_id,
+            tool_name=journal_name or tool.name,
+            input=args,
         )
         if earlier is not None:
             output, is_error = _remembered(earlier)
@@ -291,12 +316,56 @@ def _prepare_tools(agent: agents.Agent, run_id: int) -> list[Tool]:
     ]
 
 
+def _mcp_origins(toolkit: Any) -> dict[str, str]:
+    """Each name an MCP tool may be offered under, with its server's name: its own
+    (sanitized) name, or `<server>__<name>` when the engine namespaced it."""
+    origins: dict[str, str] = {}
+    for server, status in toolkit.mcp_status().items():
+        label = _SAFE.sub("_", server)
+        for listed in status.get("tools") or []:
+            base = _SAFE.sub("_", listed)[:64] or "_"
+            origins.setdefault(f"{label}__{base}"[:64], server)
+            origins.setdefault(base, server)
+    return origins
+
+
+_SAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+async def _open_toolkit(agent: agents.Agent, run_id: int, servers: list[McpServer]) -> Any:
+    """The step's toolkit: the agent's tools and its MCP servers' (started now), each real
+    execution journaled."""
+    toolkit = await create_toolkit(
+        builtins=False, extra_tools=_prepare_tools(agent, run_id), mcp_servers=servers or None
+    )
+    if not servers:
+        return toolkit
+    try:
+        origins = _mcp_origins(toolkit)
+        toolkit.register(
+            *(
+                _journaled(
+                    t,
+                    run_id,
+                    agents.mcp_tool_label(origins[t.name], t.name) if t.name in origins else None,
+                )
+                for t in toolkit.tools()
+                if t.source == "mcp"
+            )
+        )
+    except BaseException:
+        await toolkit.aclose()  # the servers it started
+        raise
+    return toolkit
+
+
 async def _drive(
     run: Run,
     agent: agents.Agent,
     worker_id: str,
     request: ApprovalRequest | None,
     answer: Answer | None,
+    servers: list[McpServer] | None = None,
 ) -> RunResult:
     applied = {"pk": request.pk if request is not None else None}
 
@@ -309,7 +378,7 @@ async def _drive(
         )
         applied["pk"] = None  # committed with this checkpoint: later ones need not repeat it
 
-    toolkit = await create_toolkit(builtins=False, extra_tools=_prepare_tools(agent, run.pk))
+    toolkit = await _open_toolkit(agent, run.pk, servers or [])
     # In a worker, the agent's client (and its connections) is kept for the worker's loop and
     # reused run after run; each run gets its own copy with its system prompt and hooks.
     async with toolkit, clients.client_for_run(agent, run.system_prompt) as client:

@@ -23,6 +23,7 @@ KIND_LABELS = {
     "question": "question",
     "input": "input",
     "authorization": "sign-in",
+    "elicitation": "MCP question",
 }
 # An approval whose prompt says this gets a confirmation step before it is approved.
 IRREVERSIBLE = re.compile(
@@ -103,13 +104,14 @@ def call_outcome(row: ApprovalRequest, call: RequestCall | None) -> Outcome | No
         return Outcome("Declined", "decline", actor, at, reason=row.reason, is_error=True)
     answer_data = (row.answer or {}).get("data") if isinstance(row.answer, dict) else None
     if row.state == State.ANSWERED:
-        return Outcome(
-            "Answered",
-            "answered",
-            actor,
-            at,
-            answers=answers_of(answer_data, _questions(row.data)),
-        )
+        answers = answers_of(answer_data, _questions(row.data))
+        if row.kind == "elicitation":  # the form's labels and order, not its keys
+            form = fields_for(form_schema(row), {})
+            rank = {f.name: i for i, f in enumerate(form)}
+            titles = {f.name: f.label for f in form}
+            answers = sorted(answers, key=lambda pair: rank.get(pair[0], len(rank)))
+            answers = [(titles.get(k, k), v) for k, v in answers]
+        return Outcome("Answered", "answered", actor, at, answers=answers)
     if row.kind == "approval" and isinstance(answer_data, dict) and "input" in answer_data:
         original = (row.data or {}).get("input") or {}
         return Outcome(
@@ -132,6 +134,47 @@ def request_outcome(row: ApprovalRequest, calls: Sequence[RequestCall]) -> Outco
     return first
 
 
+def source_label(server: str, tool: str) -> str:
+    """Where a tool runs, as the record names it: "time · get_current_time" for an MCP
+    server's tool, the bare name for the agent's own."""
+    return agents.mcp_tool_label(server, tool)
+
+
+def mcp_call_servers(
+    requests: Sequence[ApprovalRequest], journaled: Sequence[tuple[str, str]] = ()
+) -> dict[str, str]:
+    """Which MCP server each call of a run went to, by call id: from the questions servers
+    asked (elicitation requests) and from the journal of executions, given as (call id,
+    journaled name) pairs."""
+    servers = {call_id: agents.mcp_server_of_label(name) for call_id, name in journaled}
+    for row in requests:
+        call_id = (row.data or {}).get("callId")
+        if mcp_server_of(row) and isinstance(call_id, str):
+            servers[call_id] = mcp_server_of(row)
+    return {call_id: server for call_id, server in servers.items() if server}
+
+
+def mcp_server_of(row: ApprovalRequest) -> str:
+    """The MCP server a request's call went to (an elicitation's `data.server`), or ""."""
+    server = (row.data or {}).get("server") if row.kind == "elicitation" else None
+    return server if isinstance(server, str) else ""
+
+
+def form_schema(row: ApprovalRequest) -> dict[str, Any] | None:
+    """The form a request asks to fill (`data.schema`), its fields in the order they were
+    asked (`data.fieldOrder`, which the worker keeps: a stored JSON object may lose it)."""
+    data = row.data or {}
+    schema = data.get("schema")
+    if not isinstance(schema, dict):
+        return None
+    props, order = schema.get("properties"), data.get("fieldOrder")
+    if not isinstance(props, dict) or not isinstance(order, list):
+        return schema
+    ordered = {name: props[name] for name in order if isinstance(name, str) and name in props}
+    ordered.update((name, prop) for name, prop in props.items() if name not in ordered)
+    return {**schema, "properties": ordered}
+
+
 @dataclass
 class CallCard:
     call: RequestCall
@@ -139,10 +182,16 @@ class CallCard:
     fields: list[SchemaField]
     # The agent lets a reviewer type this call's result instead of running its executor.
     may_type_output: bool = True
+    # The MCP server the tool belongs to ("" for the agent's own tools).
+    server: str = ""
 
     @property
     def outcome(self) -> Outcome | None:
         return call_outcome(self.call.request, self.call)
+
+    @property
+    def label(self) -> str:
+        return source_label(self.server, self.call.tool_name)
 
 
 @dataclass
@@ -172,6 +221,32 @@ class RequestCard:
     @property
     def kind_label(self) -> str:
         return KIND_LABELS.get(self.row.kind, self.row.kind)
+
+    @property
+    def server(self) -> str:
+        """The MCP server asking (kind "elicitation"), or ""."""
+        return mcp_server_of(self.row)
+
+    @property
+    def source(self) -> str:
+        """The asking server and its tool: "tables · book_table"."""
+        data = self.row.data or {}
+        return source_label(self.server, str(data.get("tool") or ""))
+
+    @property
+    def is_elicitation(self) -> bool:
+        return self.row.kind == "elicitation"
+
+    @property
+    def asks_consent(self) -> bool:
+        """An MCP server's url-mode question: approving is consent to open its link."""
+        return self.is_elicitation and (self.row.data or {}).get("mode") == "url"
+
+    @property
+    def elicitation_input(self) -> dict[str, Any]:
+        """The arguments of the call the server asked in."""
+        value = (self.row.data or {}).get("input")
+        return value if isinstance(value, dict) else {}
 
     @property
     def is_pending(self) -> bool:
@@ -208,9 +283,7 @@ class RequestCard:
     def summary(self) -> str:
         """Agent, tool and key arguments in one line: the card's accessible name."""
         if self.calls:
-            parts = [
-                f"{c.call.tool_name} {key_arguments(c.call.input)}".strip() for c in self.calls
-            ]
+            parts = [f"{c.label} {key_arguments(c.call.input)}".strip() for c in self.calls]
             what = "; ".join(parts)
         else:
             what = self.title
@@ -220,8 +293,8 @@ class RequestCard:
     def action_target(self) -> str:
         """What the card's buttons act on, for their accessible names ("Approve refund A-2002")."""
         if self.calls:
-            first = self.calls[0].call
-            target = f"{first.tool_name} {key_arguments(first.input, limit=1)}".strip()
+            first = self.calls[0]
+            target = f"{first.label} {key_arguments(first.call.input, limit=1)}".strip()
             return target + (f" and {len(self.calls) - 1} more" if len(self.calls) > 1 else "")
         return f"{self.kind_label} {self.row.request_id}"[:120]
 
@@ -274,6 +347,7 @@ def request_card(
 ) -> RequestCard:
     agent = agents.get(row.agent)
     card = RequestCard(row=row, can_decide=can_decide, message=message, level=level)
+    server = mcp_server_of(row)
     for call in row.calls.all():
         schema = agent.tool_schema(call.tool_name) if agent else None
         has_executor = bool(agent and agent.executor_for(call.tool_name))
@@ -283,12 +357,13 @@ def request_card(
                 has_executor,
                 fields_for(schema, call.input),
                 may_type_output=not has_executor or bool(agent and agent.allow_typed_output),
+                server=server,
             )
         )
     if row.kind == "question":
         card.questions = _questions(row.data)
-    schema = (row.data or {}).get("schema")
-    if row.kind not in ("tool_call", "approval", "question") and isinstance(schema, dict):
+    schema = form_schema(row)
+    if row.kind not in ("tool_call", "approval", "question") and schema is not None:
         card.input_fields = fields_for(schema, {})
     return card
 

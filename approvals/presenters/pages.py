@@ -12,7 +12,7 @@ from django.urls import reverse
 from .. import agents, selectors
 from ..models import ApprovalRequest, Run
 from ..permissions import agents_visible_to, can_decide_request, hidden_agents
-from .cards import KIND_LABELS, request_card
+from .cards import KIND_LABELS, mcp_call_servers, request_card
 from .timeline import timeline
 
 PAGE_SIZE = 20
@@ -68,6 +68,12 @@ def run_context_for(
         .prefetch_related("calls")
         .order_by("created_at", "id")
     )
+    # MCP tools are journaled under "<server> · <tool>": which server each call went to.
+    journaled = list(
+        run.executions.filter(tool_name__contains=agents.MCP_LABEL_SEPARATOR).values_list(
+            "call_id", "tool_name"
+        )
+    )
     open_row = next((r for r in requests if r.state == ApprovalRequest.State.PENDING), None)
     if open_can_decide is None:
         open_can_decide = (
@@ -77,7 +83,7 @@ def run_context_for(
         "nav": "runs",
         "run": run,
         "can_decide": decide,
-        "entries": timeline(run.messages, requests),
+        "entries": timeline(run.messages, requests, mcp_call_servers(requests, journaled)),
         "open_card": request_card(open_row, can_decide=open_can_decide) if open_row else None,
         "next_url": reverse("approvals:run-detail", args=[run.pk]),
     }

@@ -4,7 +4,7 @@ that produced it and calls still waiting for one marked."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,8 @@ class TimelineEntry:
     # The call's request is still open: the transcript holds the engine's placeholder.
     waiting: bool = False
     answers: list[tuple[str, str]] = field(default_factory=list)
+    # The MCP server a tool call went to ("" for the agent's own tools).
+    server: str = ""
 
 
 def _content_text(content: Any) -> str:
@@ -51,10 +53,14 @@ def _question_answers(text: str, request: ApprovalRequest | None) -> list[tuple[
 
 
 def timeline(
-    messages: list[dict[str, Any]], requests: Sequence[ApprovalRequest] = ()
+    messages: list[dict[str, Any]],
+    requests: Sequence[ApprovalRequest] = (),
+    servers: Mapping[str, str] | None = None,
 ) -> list[TimelineEntry]:
     """The transcript as readable steps (OpenAI- or Anthropic-shaped), with each tool result
-    next to the human decision that produced it, and calls still waiting for one marked."""
+    next to the human decision that produced it, and calls still waiting for one marked.
+    `servers`: the MCP server of each call that went to one, by call id."""
+    servers = servers or {}
     entries: list[TimelineEntry] = []
     names: dict[str, str] = {}
     decided_calls: dict[str, RequestCall] = {}
@@ -79,6 +85,7 @@ def timeline(
             request=request,
             outcome=call_outcome(request, decision) if request is not None else None,
             waiting=call_id in waiting_calls,
+            server=servers.get(call_id, ""),
         )
         if entry.waiting:
             entry.text, entry.is_error = WAITING_TEXT, False
@@ -122,6 +129,7 @@ def timeline(
                         name=fn.get("name", ""),
                         args=_parse_args(fn.get("arguments")),
                         call_id=tc.get("id", ""),
+                        server=servers.get(tc.get("id", ""), ""),
                     )
                 )
             for b in content if isinstance(content, list) else []:
@@ -133,6 +141,7 @@ def timeline(
                             name=b.get("name", ""),
                             args=b.get("input"),
                             call_id=b.get("id", ""),
+                            server=servers.get(b.get("id", ""), ""),
                         )
                     )
         elif role == "tool":

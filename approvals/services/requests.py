@@ -3,6 +3,12 @@ typed results, per call), answer with an `Answer`, decline. Each runs in one tra
 the request row locked, records every call's decision, appends the audit trail and queues the
 run's resume in the SAME transaction (the task queue lives in the same database), so a
 decision and the resume it causes commit together or not at all.
+
+An MCP server's question (kind "elicitation") is answered with the content of its form,
+checked against the server's requestedSchema first (a 400 naming the field; nothing is
+stored), and the server hears `accept` with it; url mode: approving is consent. A decline
+is `decline` for the server (the reviewer's reason stays in the record); expiry and a
+cancelled run are `cancel`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from toolnexus import Answer
+from toolnexus.mcp import ELICITATION_KIND, elicitation_errors
 from toolnexus.relay import RelayResult, answer_declined, decline_text, relay_answer
 
 from .. import agents
@@ -31,6 +38,8 @@ from ..permissions import DECIDE_PERMISSION, require, require_decide_request
 
 State = ApprovalRequest.State
 Decision = RequestCall.Decision
+# The refusal an MCP server hears as `decline` (any other reason is `cancel`).
+DEFAULT_DECLINE = "declined"
 
 
 def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason: str) -> None:
@@ -87,6 +96,13 @@ def request_approve(
         if row.is_relay:
             new_state, answer = _decide_relay_calls(row, input=input, output=output, calls=calls)
             reason = ""
+        elif row.kind == ELICITATION_KIND:
+            if calls:
+                raise InvalidInput(
+                    "calls: only a relay request (kind tool_call) is decided per call"
+                )
+            new_state, answer = _decide_elicitation(row, content=input, output=output)
+            reason = ""
         else:
             if calls:
                 raise InvalidInput(
@@ -122,6 +138,47 @@ def _decide_single(row: ApprovalRequest, *, input: Any, output: Any) -> tuple[st
         if not text.strip():
             raise InvalidInput("output: type the answer; an empty answer is not sent")
         data = {"output": text}
+    return (State.ANSWERED if data else State.APPROVED), Answer(
+        id=row.request_id, ok=True, data=data
+    )
+
+
+def _elicitation_problems(row: ApprovalRequest, content: Any, field: str = "input") -> list[str]:
+    """What is wrong with `content` as the answer to an MCP server's question (its form's
+    schema, and values MCP can carry), each naming the field (`input.party_size: ...`)."""
+    if content is None:
+        content = {}
+    if not isinstance(content, Mapping):
+        return [f"{field}: must be an object (the form's fields)"]
+    if bad := non_finite(content, field):
+        return [f"{bad}: must be a finite number (no NaN or Infinity)"]
+    problems = [p.replace("$", field, 1) for p in elicitation_errors(row.to_engine(), content)]
+    props = ((row.data or {}).get("schema") or {}).get("properties")
+    if isinstance(props, Mapping):
+        problems += [f"{field}.{k}: is not a field of the form" for k in content if k not in props]
+    return problems
+
+
+def _decide_elicitation(
+    row: ApprovalRequest, *, content: Any, output: Any, field: str = "input"
+) -> tuple[str, Answer]:
+    """Accept an MCP server's question: the form's content (validated), or consent to open
+    its link (url mode)."""
+    server = (row.data or {}).get("server") or "the MCP server"
+    if output is not None:
+        raise InvalidInput(
+            f"output: {server} asked a question; answer it with {field}, the form's content"
+        )
+    if (row.data or {}).get("mode") == "url":
+        if content:
+            raise InvalidInput(
+                f"{field}: {server} asks for consent to open its link; approve it without {field}"
+            )
+        return State.APPROVED, Answer(id=row.request_id, ok=True)
+    problems = _elicitation_problems(row, content, field)
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    data = dict(content or {})
     return (State.ANSWERED if data else State.APPROVED), Answer(
         id=row.request_id, ok=True, data=data
     )
@@ -318,6 +375,10 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
                     " only input (the edited arguments)"
                 )
             new_state, decided = _decide_single(row, input=data.get("input"), output=None)
+        elif row.kind == ELICITATION_KIND:  # the data is the form's content
+            new_state, decided = _decide_elicitation(
+                row, content=parsed.data, output=None, field="data"
+            )
         else:
             new_state, decided = _decide_single(row, input=data or None, output=None)
         _decide(row, user, new_state, decided, "")
@@ -325,7 +386,9 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
 
 
 def request_decline(*, request_id: str, user: Any, reason: Any = "") -> ApprovalRequest:
-    """Refuse a request; the reason (default "declined") reaches the model."""
+    """Refuse a request; the reason (default "declined") reaches the model. An MCP server's
+    question is declined as such (the server hears `decline`, the model reads "declined"):
+    the reason is kept in the record."""
     require(user, DECIDE_PERMISSION, "decide requests")
     reason = clean_reason(reason)
     with transaction.atomic():
@@ -334,5 +397,6 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
             call.decision, call.reason = Decision.DECLINE, reason
             call.output, call.is_error = decline_text(call.tool_name, reason), True
             call.save(update_fields=["decision", "reason", "output", "is_error"])
-        _decide(row, user, State.DECLINED, answer_declined(row.request_id, reason), reason)
+        told = DEFAULT_DECLINE if row.kind == ELICITATION_KIND else reason
+        _decide(row, user, State.DECLINED, answer_declined(row.request_id, told), reason)
     return row

@@ -7,7 +7,6 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Min
 from django.utils import timezone
@@ -15,6 +14,7 @@ from django.utils import timezone
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
+from ..conf import app_settings
 from ..domain.exceptions import InvalidInput, InvalidTransition, ServiceError
 from ..domain.records import append_event, record_decision, set_run_status
 from ..execution.runner import enqueue
@@ -48,7 +48,7 @@ class TooManyRuns(ServiceError):
 def check_start_rate(user: Any) -> None:
     """TooManyRuns once `user` started TOOLNEXUS_RUNS_PER_MINUTE runs in the last minute
     (counted from the runs table, so every process sees the same count)."""
-    cap = int(getattr(settings, "TOOLNEXUS_RUNS_PER_MINUTE", 0) or 0)
+    cap = int(app_settings.RUNS_PER_MINUTE or 0)
     if cap <= 0 or not getattr(user, "is_authenticated", False):
         return
     now = timezone.now()

@@ -10,12 +10,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.hashers import check_password
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ..conf import app_settings
 from ..domain.exceptions import InvalidInput, ServiceError
 from ..models import ApiToken
 
@@ -36,7 +36,7 @@ def _iso(moment: datetime) -> str:
 def api_token_create(*, user: Any, name: str = "", days: int | None = None) -> tuple[str, ApiToken]:
     """A new token for `user`, valid for `days` (None: TOOLNEXUS_TOKEN_DAYS; 0: no expiry)."""
     if days is None:
-        days = int(getattr(settings, "TOOLNEXUS_TOKEN_DAYS", 0) or 0)
+        days = int(app_settings.TOKEN_DAYS or 0)
     if not isinstance(days, int) or isinstance(days, bool) or not 0 <= days <= MAX_TOKEN_DAYS:
         raise InvalidInput(
             f"days: must be a whole number from 0 (never expires) to {MAX_TOKEN_DAYS}"

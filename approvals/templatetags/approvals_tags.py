@@ -7,10 +7,14 @@ from urllib.parse import urlsplit
 
 import nh3
 from django import template
+from django.conf import settings
+from django.shortcuts import resolve_url
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml as escape_html
+
+from ..permissions import perm
 
 register = template.Library()
 
@@ -169,3 +173,21 @@ def arg_rows(value: Any) -> list[dict[str, str]] | None:
         else:
             rows.append({"name": str(name), "kind": "code", "text": compact_json(item)})
     return rows
+
+
+# -- what the app's page frame needs from the project ----------------------------------------
+
+
+@register.filter
+def approvals_can(who: Any, codename: str) -> bool:
+    """`{% if perms|approvals_can:"add_run" %}`: a permission of this app by codename, under
+    the app's own label. Takes the `perms` wrapper (also in pushed fragments, which carry no
+    request) or a user."""
+    user = getattr(who, "user", who)
+    return bool(user is not None and hasattr(user, "has_perm") and user.has_perm(perm(codename)))
+
+
+@register.simple_tag
+def approvals_login_url() -> str:
+    """The project's sign-in page (settings.LOGIN_URL, a path or a URL name)."""
+    return resolve_url(settings.LOGIN_URL)

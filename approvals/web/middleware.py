@@ -9,11 +9,13 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import resolve_url
 
+from .mounts import is_api_request
+
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 def _refuse(request: HttpRequest, status: int, detail: str) -> HttpResponse:
-    if request.path.startswith("/api/"):
+    if is_api_request(request):
         return JsonResponse({"detail": detail}, status=status)
     return HttpResponse(detail, status=status, content_type="text/plain; charset=utf-8")
 
@@ -32,7 +34,7 @@ class RequestGuardMiddleware:
             return _refuse(request, 400, "NUL characters are not allowed in a URL")
         # Pages drop a NUL from their filters; the API says so.
         query = request.META.get("QUERY_STRING", "")
-        if request.path.startswith("/api/") and b"\x00" in unquote_to_bytes(query):
+        if b"\x00" in unquote_to_bytes(query) and is_api_request(request):
             return _refuse(request, 400, "NUL characters are not allowed in a URL")
         if request.method in _BODY_METHODS:
             try:
@@ -51,7 +53,8 @@ SIGNED_OUT_TEXT = "You are signed out: sign in again. Nothing was sent."
 def signed_out_for_htmx(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     """An htmx request from a page whose session ended gets 401, not the redirect to the
     sign-in page: the browser would follow it and htmx would swap the sign-in page into the
-    inbox. The page (static/js/app.js) shows a "signed out" banner and keeps what was typed."""
+    inbox. The page (approvals/app.js) shows a "signed out" banner and keeps what was typed.
+    The app's own pages do this without the middleware (`views.app_page`)."""
     if request.headers.get("HX-Request") != "true" or response.status_code not in (301, 302, 303):
         return response
     login = urlsplit(resolve_url(settings.LOGIN_URL)).path

@@ -7,6 +7,7 @@ flash message); with htmx the same POST answers with the card's new HTML, swappe
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import wraps
 
 from django.conf import settings
 from django.contrib import messages
@@ -23,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from .. import agents, permissions, selectors, services
+from ..conf import app_settings
 from ..domain.arguments import diff
 from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
 from ..domain.jsonvalues import strict_json_loads
@@ -38,9 +40,55 @@ from ..permissions import (
 from ..presenters import cards, fields
 from ..presenters.history import history
 from ..presenters.pages import inbox_context, inbox_filters, run_context_for
+from .middleware import signed_out_for_htmx
+from .mounts import is_api_request
 
 VIEW_REQUESTS = permissions.VIEW_REQUESTS
+VIEW_RUNS = permissions.VIEW_RUNS
+START = permissions.START_PERMISSION
 DECIDE = permissions.DECIDE_PERMISSION
+
+
+def _render(
+    request: HttpRequest, template: str, context: dict | None = None, status: int = 200
+) -> HttpResponse:
+    """`render`, with the template the app's pages sit in (TOOLNEXUS_BASE_TEMPLATE, which
+    approvals/base.html extends)."""
+    context = {"approvals_base_template": app_settings.BASE_TEMPLATE, **(context or {})}
+    return render(request, template, context, status=status)
+
+
+def app_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Every page of the app (approvals/web/urls.py): a refusal is the app's own 403 page,
+    whatever the project's handler403, and an htmx request from a signed-out page gets 401
+    instead of the sign-in page swapped into the inbox (whether or not the project has
+    RequestGuardMiddleware)."""
+
+    @wraps(view)
+    def page(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            response = view(request, *args, **kwargs)
+        except PermissionDenied as exc:
+            return permission_denied(request, exc)
+        return signed_out_for_htmx(request, response)
+
+    return page
+
+
+def websocket_only(request: HttpRequest, **kwargs) -> HttpResponse:
+    """The live pages' socket URLs (approvals:live-inbox, approvals:live-run) as named URLs,
+    so templates reverse them wherever the app is mounted; plain HTTP gets 426."""
+    response = HttpResponse(
+        "This URL is a websocket.", status=426, content_type="text/plain; charset=utf-8"
+    )
+    response["Upgrade"] = "websocket"
+    return response
+
+
+def api_not_found(request: HttpRequest) -> HttpResponse:
+    """Any URL under the API's mount that no endpoint matches (e.g. an id with a "/" in it):
+    JSON, whatever the project's handler404."""
+    return JsonResponse({"detail": "Not Found: no endpoint at this URL"}, status=404)
 
 
 # -- inbox ---------------------------------------------------------------------------------
@@ -57,7 +105,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         if request.htmx and not request.htmx.history_restore_request
         else "approvals/inbox.html"
     )
-    return render(request, template, context)
+    return _render(request, template, context)
 
 
 @require_GET
@@ -96,7 +144,7 @@ def _request_page(
         "history": history(selectors.request_history(row=row), card.outcome),
         "next_url": reverse("approvals:request-detail", args=[row.request_id]),
     }
-    return render(request, "approvals/request_detail.html", context, status=status)
+    return _render(request, "approvals/request_detail.html", context, status=status)
 
 
 # -- decisions -----------------------------------------------------------------------------
@@ -120,12 +168,12 @@ def _next_url(request: HttpRequest) -> str:
 
 
 def _render_card(
-    request: HttpRequest, row: ApprovalRequest, *, message: str = "", level: str = "info"
+    request: HttpRequest, row: ApprovalRequest, *, message: str = "", level: str = "info", card=None
 ) -> HttpResponse:
-    card = cards.request_card(
+    card = card or cards.request_card(
         row, can_decide=can_decide_request(request.user, row), message=message, level=level
     )
-    return render(
+    return _render(
         request, "approvals/inbox.html#request-card", {"card": card, "next_url": _next_url(request)}
     )
 
@@ -160,17 +208,19 @@ OUTCOME_HEADER = "X-Toolnexus-Outcome"
 STATE_HEADER = "X-Toolnexus-State"
 
 
-def _outcome(request: HttpRequest, request_id: str, message: str, level: str) -> HttpResponse:
+def _outcome(
+    request: HttpRequest, request_id: str, message: str, level: str, *, card=None
+) -> HttpResponse:
     if request.htmx:
         # htmx swaps only 2xx answers: the status lives in the card's message instead, and in
-        # a header the page reads (static/js/app.js): "success" or "warning" means the request
+        # a header the page reads (approvals/app.js): "success" or "warning" means the request
         # is decided now (by this reviewer, or already by someone else), so the inbox drops
         # the card and moves focus to the next one; "error" keeps what was typed. A toast
         # says it too: a decision as the reviewer's own ("You declined: ..."; the deciding
         # tab shows this one, not the live push's), a warning or error in case a live update
         # already removed the card (the loser of a race sees who won either way).
-        row = _get_request(request_id, request.user)
-        response = _render_card(request, row, message=message, level=level)
+        row = card.row if card is not None else _get_request(request_id, request.user)
+        response = _render_card(request, row, message=message, level=level, card=card)
         response[OUTCOME_HEADER] = level
         response[STATE_HEADER] = row.state  # the inbox keeps the card if it lists that state
         toast = message
@@ -211,7 +261,7 @@ def _confirm(
         ],
         "back": back or _next_url(request),
     }
-    return render(request, "approvals/confirm.html", context)
+    return _render(request, "approvals/confirm.html", context)
 
 
 @_decision_view
@@ -304,8 +354,14 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
             )
         data = {"answers": answers}
     else:
-        data, problems = fields.values_from((row.data or {}).get("schema"), request.POST)
-        if problems:
+        schema = cards.form_schema(row)
+        data, problems = fields.values_from(schema, request.POST)
+        if not problems:  # against the schema (the service checks it all again)
+            problems = services.input_problems(data, schema)
+        if problems and row.state == ApprovalRequest.State.PENDING:
+            if can_decide_request(request.user, row):
+                return _form_not_sent(request, row, schema, "; ".join(problems))
+        elif problems:
             return _outcome(request, request_id, "; ".join(problems), "error")
     return _decide(
         request,
@@ -313,6 +369,18 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
         lambda: services.request_approve(request_id=request_id, user=request.user, input=data),
         "Answer sent.",
     )
+
+
+def _form_not_sent(
+    request: HttpRequest, row: ApprovalRequest, schema, problems: str
+) -> HttpResponse:
+    """An answer form that does not fit its schema: the card again, saying what is wrong
+    and holding what the reviewer typed (the request's page, status 400, without htmx)."""
+    card = cards.request_card(row, can_decide=True, message=f"Not sent: {problems}", level="error")
+    card.input_fields = fields.fields_from_post(schema, {}, request.POST)
+    if not request.htmx:
+        return _request_page(request, row, card, status=400)
+    return _outcome(request, row.request_id, card.message, "error", card=card)
 
 
 @require_http_methods(["POST"])
@@ -342,7 +410,7 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
         card.calls[0].fields = fields.fields_from_post(schema, call.input, request.POST)
         if not request.htmx:  # the request's page, the editor open as the reviewer left it
             return _request_page(request, row, card, status=400)
-        return render(
+        return _render(
             request,
             "approvals/inbox.html#request-card",
             {"card": card, "next_url": _next_url(request)},
@@ -362,7 +430,7 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
         "changes": diff(call.input, edited),
         "next_url": _next_url(request),
     }
-    return render(request, "approvals/inbox.html#edit-preview", context)
+    return _render(request, "approvals/inbox.html#edit-preview", context)
 
 
 # -- runs ----------------------------------------------------------------------------------
@@ -370,13 +438,13 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
 
 @require_GET
 @login_required
-@permission_required("approvals.view_run", raise_exception=True)
+@permission_required(VIEW_RUNS, raise_exception=True)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
         run = selectors.run_page(run_id=run_id, hidden_agents=hidden_agents(request.user))
     except Run.DoesNotExist:
         raise Http404("no such run") from None
-    return render(
+    return _render(
         request,
         "approvals/run_detail.html",
         run_context_for(run, can_decide=can_decide_run(request.user, run), viewer=request.user),
@@ -385,19 +453,19 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_GET
 @login_required
-@permission_required("approvals.view_run", raise_exception=True)
+@permission_required(VIEW_RUNS, raise_exception=True)
 def run_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(
         selectors.run_page_list(hidden_agents=hidden_agents(request.user)), 50
     ).get_page(request.GET.get("page"))
-    return render(
+    return _render(
         request, "approvals/run_list.html", {"nav": "runs", "runs": page.object_list, "page": page}
     )
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
-@permission_required("approvals.add_run", raise_exception=True)
+@permission_required(START, raise_exception=True)
 def run_start(request: HttpRequest) -> HttpResponse:
     context = {
         "nav": "start",
@@ -419,16 +487,16 @@ def run_start(request: HttpRequest) -> HttpResponse:
             )
         except InvalidInput as exc:
             context["error"] = str(exc)
-            return render(request, "approvals/run_start.html", context, status=400)
+            return _render(request, "approvals/run_start.html", context, status=400)
         except services.TooManyRuns as exc:
             context["error"] = f"Not started: {exc}."
-            response = render(request, "approvals/run_start.html", context, status=429)
+            response = _render(request, "approvals/run_start.html", context, status=429)
             response["Retry-After"] = str(exc.retry_after)
             return response
         except NotAllowed as exc:
             raise PermissionDenied(str(exc)) from None
         return redirect("approvals:run-detail", run.pk)
-    return render(request, "approvals/run_start.html", context)
+    return _render(request, "approvals/run_start.html", context)
 
 
 def _run_action(
@@ -489,7 +557,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith("/api/")
+    return is_api_request(request)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -507,7 +575,7 @@ def locked_out(request: HttpRequest, original_response=None, credentials=None) -
         "failure_limit": settings.AXES_FAILURE_LIMIT,
         "minutes": max(1, round(seconds / 60)) if seconds else None,
     }
-    response = render(request, "registration/locked_out.html", context, status=429)
+    response = _render(request, "approvals/locked_out.html", context, status=429)
     if seconds:
         response["Retry-After"] = str(seconds)
     return response
@@ -531,10 +599,10 @@ PERMISSION_OF_URL = {
     "request-respond": DECIDE,
     "request-calls": DECIDE,
     "request-decline": DECIDE,
-    "run-list": "approvals.view_run",
-    "run-detail": "approvals.view_run",
-    "run-start": "approvals.add_run",
-    "run-retry": "approvals.add_run",
+    "run-list": VIEW_RUNS,
+    "run-detail": VIEW_RUNS,
+    "run-start": START,
+    "run-retry": START,
     "run-cancel": DECIDE,
 }
 
@@ -545,7 +613,7 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
     message = str(exception or "")
     if not message.startswith("You need"):
         match = request.resolver_match
-        ours = match is not None and match.app_name == "approvals"
+        ours = match is not None and match.app_names[-1:] == ["approvals"]
         perm = PERMISSION_OF_URL.get(match.url_name) if ours else None
         if perm and not request.user.has_perm(perm):
             message = permission_needed(perm)
@@ -556,5 +624,5 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
     if _is_api(request):
         return JsonResponse({"detail": message}, status=403)
     if request.headers.get("HX-Request") == "true":
-        return render(request, "403.html#denied", {"message": message}, status=403)
-    return render(request, "403.html", {"message": message}, status=403)
+        return _render(request, "approvals/403.html#denied", {"message": message}, status=403)
+    return _render(request, "approvals/403.html", {"message": message}, status=403)

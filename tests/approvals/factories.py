@@ -1,64 +1,23 @@
-"""Small factories and helpers for app tests."""
+"""Small factories and helpers for app tests. The ones a host project needs too (make_user,
+drain, start_and_halt) live in the app's testing kit, approvals.testing, and are re-exported
+here."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import httpx
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
 from approvals import services
-from approvals.execution.worker import Worker
 from approvals.models import Run
-from approvals.permissions import ensure_groups
+from approvals.testing import drain, make_user, start_and_halt  # noqa: F401  (re-exported)
 from toolnexus import create_client
-
-_n = itertools.count(1)
-
-
-def make_user(
-    *,
-    role: str = "reviewer",
-    username: str | None = None,
-    password: str | None = None,
-    is_staff: bool = False,
-):
-    """role: "reviewer" (can decide), "watcher" (view only), "nobody" (no permissions),
-    "superuser"."""
-    groups = ensure_groups()
-    User = get_user_model()
-    name = username or f"{role}{next(_n)}"
-    if role == "superuser":
-        user = User.objects.create_superuser(username=name, password=password)
-    else:
-        user = User.objects.create_user(username=name, password=password, is_staff=is_staff)
-    if role == "reviewer":
-        user.groups.add(groups["Reviewers"])
-    elif role == "watcher":
-        user.groups.add(groups["Watchers"])
-    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
-
-
-def drain() -> int:
-    """Run every queued task in this thread, as a worker would."""
-    return Worker(maintenance_every=0).drain()
-
-
-def start_and_halt(
-    *, prompt: str = "Refund order A-1001, $120", agent: str = "demo", user=None
-) -> Run:
-    user = user or make_user()
-    run = services.run_start(agent=agent, prompt=prompt, started_by=user)
-    drain()
-    run.refresh_from_db()
-    return run
 
 
 def fresh(run: Run) -> Run:

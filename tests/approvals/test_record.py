@@ -355,7 +355,7 @@ def test_the_request_page_is_a_full_page_with_its_run_and_history(reviewer):
     response = session_client(reviewer).get(f"/requests/{request.request_id}/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert "<!doctype html>" in html and 'aria-label="Main"' in html
+    assert "<!doctype html>" in html and 'aria-label="Approvals"' in html
     page = text_of(html)
     assert "Declined by rita" in page and "too much" in page
     assert f"run #{run.pk}" in page

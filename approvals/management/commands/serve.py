@@ -1,19 +1,27 @@
-"""`python manage.py serve`: the whole app in one process on the embedded defaults.
+"""`python manage.py serve`: the whole app in one process.
 
-Applies migrations, makes sure the demo accounts exist (printing their passwords), and serves
-HTTP and websockets with Daphne, with a worker running on the server's event loop.
+Serves the project's ASGI_APPLICATION (HTTP and websockets) with Daphne, with a worker
+running on the server's event loop. In any project it serves what the project configured and
+touches nothing else; what this repository's demo project adds is opt-in through settings:
+TOOLNEXUS_SERVE_MIGRATE (apply migrations first; otherwise unapplied ones are only reported)
+and TOOLNEXUS_DEMO_ACCOUNTS (on loopback, make the demo accounts and print their password).
+
+Demo accounts are made once and marked (the "Demo accounts" group); only those get a fresh
+password at each start. An existing user of the same name that serve did not make is never
+given a password or made a superuser.
 
 Loopback (the default, 127.0.0.1) is the laptop setup: DEBUG on, demo accounts with a printed
 password, the `admin` superuser among them. Any other bind (`--host 0.0.0.0`) lets other
 machines connect, so: DEBUG off (refused if forced on), the allowed hosts follow the bind, no
 demo accounts unless `--demo-accounts` (reviewers only: never a superuser with a printed
 password), static files collected, and a warning saying so. Settings are read before a
-command runs, so when the bind is not the one they were loaded for (`TOOLNEXUS_HOST`), the
-command runs itself again with `TOOLNEXUS_HOST` set.
+command runs, so when the bind is not the one they were loaded for (`TOOLNEXUS_HOST`, a
+setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST` set.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import sys
@@ -24,8 +32,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import import_string
 
-from toolnexus_web.settings import env_list, is_loopback
+from approvals.conf import app_settings
 
 REEXEC_MARK = "TOOLNEXUS_SERVE_REEXEC"
 DEMO_NAMES = ("reviewer", "reviewer2", "watcher", "admin")
@@ -35,6 +44,21 @@ DEMO_REVIEWERS = [
     ("reviewer2", "Reviewers", "can decide"),
     ("watcher", "Watchers", "view only"),
 ]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address (or host name) reaches only this machine."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "ip6-localhost", "ip6-loopback") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
 @dataclass(frozen=True)
@@ -47,7 +71,7 @@ class Exposure:
 
 def plan_exposure(host: str, *, demo_accounts: bool | None, debug: bool) -> Exposure:
     """What `serve` does on `host`. demo_accounts: --demo-accounts (True),
-    --no-demo-accounts (False), neither (None: only on loopback)."""
+    --no-demo-accounts (False), neither (None: on loopback when TOOLNEXUS_DEMO_ACCOUNTS)."""
     loopback = is_loopback(host)
     if debug and not loopback:
         raise CommandError(
@@ -56,34 +80,47 @@ def plan_exposure(host: str, *, demo_accounts: bool | None, debug: bool) -> Expo
             "off by default on such a bind), or serve on 127.0.0.1."
         )
     if demo_accounts is None:
-        demo_accounts = loopback
+        demo_accounts = loopback and bool(app_settings.DEMO_ACCOUNTS)
     return Exposure(host, loopback, demo_accounts, demo_superuser=demo_accounts and loopback)
 
 
 def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
     """The demo accounts `plan` allows, with `password`: all four on loopback, the reviewers
-    and the watcher (no staff, no superuser) on any other bind."""
-    from approvals.permissions import ensure_demo_accounts, ensure_groups
+    and the watcher (no staff, no superuser) on any other bind. Only accounts serve made
+    itself get the password; a user of the same name it did not make is left alone (and is
+    not in the list)."""
+    from approvals.permissions import ensure_demo_accounts
 
     if not plan.demo_accounts:
         return []
-    if plan.demo_superuser:
-        return ensure_demo_accounts(password)
-    groups = ensure_groups()
-    User = get_user_model()
-    made = []
-    for username, group, role in DEMO_REVIEWERS:
-        user, _ = User.objects.get_or_create(username=username)
-        user.set_password(password)
-        user.is_staff = user.is_superuser = False
-        user.save()
-        user.groups.add(groups[group])
-        made.append((username, role))
-    return made
+    return ensure_demo_accounts(password, superuser=plan.demo_superuser)
+
+
+def load_asgi_application():
+    """The project's ASGI_APPLICATION; without one, Django's HTTP application with the live
+    pages' websockets (approvals.live.routing.live_application). With DEBUG on, static files
+    are served as `runserver` serves them, unless WhiteNoise's middleware does already."""
+    from django.apps import apps
+
+    path = getattr(settings, "ASGI_APPLICATION", None)
+    if path:
+        application = import_string(path)
+    else:
+        from approvals.live.routing import live_application
+
+        application = live_application()
+    whitenoise = "whitenoise.middleware.WhiteNoiseMiddleware" in settings.MIDDLEWARE
+    if settings.DEBUG and apps.is_installed("django.contrib.staticfiles") and not whitenoise:
+        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+        application = ASGIStaticFilesHandler(application)
+    return application
 
 
 def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
     """The variables settings must be loaded with for this bind: empty when they already fit."""
+    if not hasattr(settings, "TOOLNEXUS_HOST"):
+        return {}  # settings that do not follow the bind (a host project's own): as they are
     loaded_for = os.environ.get("TOOLNEXUS_HOST") or "127.0.0.1"
     wanted = {}
     if host != loaded_for and not (is_loopback(host) and is_loopback(loaded_for)):
@@ -97,7 +134,10 @@ def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
 
 
 class Command(BaseCommand):
-    help = "Serve the app (ASGI) with an in-process worker; applies migrations and prints demo accounts."
+    help = (
+        "Serve the project's ASGI application with an in-process worker (demo project: applies "
+        "migrations and prints demo accounts)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -155,7 +195,10 @@ class Command(BaseCommand):
             self._reload_settings(wanted)
         plan = plan_exposure(host, demo_accounts=demo_accounts, debug=settings.DEBUG)
 
-        call_command("migrate", interactive=False, verbosity=0)
+        if app_settings.SERVE_MIGRATE:
+            call_command("migrate", interactive=False, verbosity=0)
+        else:
+            self.check_migrations()  # says so when some are not applied (`manage.py migrate`)
         self.stdout.write(
             f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} ({settings.DATABASES['default']['NAME']})"
         )
@@ -166,15 +209,17 @@ class Command(BaseCommand):
         self._static_files(plan, no_worker)
         if plan.demo_accounts:
             password = os.environ.get("TOOLNEXUS_DEMO_PASSWORD") or secrets.token_urlsafe(9)
-            for username, role in make_demo_accounts(plan, password):
+            made = make_demo_accounts(plan, password)
+            for username, role in made:
                 self.stdout.write(f"demo account: {username} / {password}  ({role})")
+            self._note_foreign_accounts(plan, [name for name, _ in made])
         if not plan.loopback:
             self._warn_exposed(plan, port)
         worker = None if no_worker else Worker()
         if worker is not None:
             self.stdout.write("worker: in-process, on the server's event loop")
-        # Imported after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
-        from toolnexus_web.asgi import application
+        # Loaded after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
+        application = load_asgi_application()
 
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
 
@@ -218,6 +263,15 @@ class Command(BaseCommand):
             [sys.executable, *sys.orig_argv[1:]],
             {**os.environ, **wanted, REEXEC_MARK: "1"},
         )
+
+    def _note_foreign_accounts(self, plan: Exposure, made: list[str]) -> None:
+        wanted = [name for name, *_ in DEMO_REVIEWERS] + (["admin"] if plan.demo_superuser else [])
+        for username in wanted:
+            if username not in made:
+                self.stdout.write(
+                    f"demo account: {username} exists and was not made by serve: left as it "
+                    f"is (its own password; `manage.py changepassword {username}`)"
+                )
 
     def _key_source(self) -> str:
         path = getattr(settings, "TOOLNEXUS_SECRET_KEY_FILE", None)

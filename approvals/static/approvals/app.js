@@ -131,8 +131,17 @@
     }
   }
 
+  // The app's frame (approvals/base.html) says where the app and the sign-in page are: the
+  // app may be mounted at any prefix of a project.
+  function appData(name, fallback) {
+    var frame = document.querySelector(".approvals-app");
+    return (frame && frame.dataset[name]) || fallback;
+  }
+
+  function appUrl(path) { return appData("appRoot", "/") + path; }
+
   function loginUrl() {
-    var base = document.body.dataset.loginUrl || "/accounts/login/";
+    var base = appData("loginUrl", "/accounts/login/");
     return base + "?next=" + encodeURIComponent(location.pathname + location.search);
   }
 
@@ -156,7 +165,7 @@
 
   function reloadCard(card) {
     delete card.dataset.dirty;
-    var url = "/requests/" + encodeURIComponent(card.dataset.requestId || "") + "/card/";
+    var url = appUrl("requests/" + encodeURIComponent(card.dataset.requestId || "") + "/card/");
     if (window.htmx) htmx.ajax("GET", url, { target: card, swap: "outerHTML" });
     else location.reload();
   }
@@ -165,7 +174,7 @@
   function describeLater(cardId, prefix) {
     var card = cardById(cardId);
     if (!card || !window.fetch) return;
-    fetch("/requests/" + encodeURIComponent(card.dataset.requestId || "") + "/card/",
+    fetch(appUrl("requests/" + encodeURIComponent(card.dataset.requestId || "") + "/card/"),
           { headers: { "HX-Request": "true" }, credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : ""; })
       .then(function (html) {
@@ -414,7 +423,7 @@
   // -- failures: offline, server errors, not allowed, signed out --------------------------------
 
   function loginPath() {
-    try { return new URL(document.body.dataset.loginUrl || "/accounts/login/", location.href).pathname; }
+    try { return new URL(appData("loginUrl", "/accounts/login/"), location.href).pathname; }
     catch (err) { return "/accounts/login/"; }
   }
 

@@ -1,0 +1,176 @@
+"""System checks: what a project needs for the app to work, said before anything fails.
+
+`manage.py check` (and every command that runs checks: migrate, serve, runserver, ...) reports
+each missing or misplaced piece with an id and a hint that shows what to write:
+
+- approvals.E001  HtmxMiddleware is not in MIDDLEWARE (pages read `request.htmx`)
+- approvals.E002  the default task backend is not django-tasks-db's (runs never leave the
+                  request, or fail inside it with no visible error)
+- approvals.E003  an app the app needs is not in INSTALLED_APPS
+- approvals.E004  no default channel layer (live pages cannot receive pushes)
+- approvals.E005  "approvals" is listed after "django_tasks_db" (its `db_worker` would be
+                  the stock one: no run leases, no expiry, no recovery)
+- approvals.E006  the app's URLs are not included in ROOT_URLCONF
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.urls import NoReverseMatch, reverse
+from django.utils.module_loading import import_string
+
+HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
+TASK_BACKEND = "django_tasks_db.DatabaseBackend"
+# Apps whose parts the app uses: template tags (htmx, partials), the task queue's tables,
+# and Django's own apps that sign-in, permissions and flash messages need.
+REQUIRED_APPS = [
+    ("django.contrib.auth", "users, groups and permissions"),
+    ("django.contrib.contenttypes", "permissions"),
+    ("django.contrib.sessions", "sign-in sessions, also on live pages"),
+    ("django.contrib.messages", "the messages pages show after a decision"),
+    ("django_htmx", "the {% htmx_script %} tag"),
+    ("template_partials", "the {% partialdef %} tag"),
+    ("django_tasks", "the task framework"),
+    ("django_tasks_db", "the task queue's table"),
+]
+TASKS_EXAMPLE = 'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}'
+CHANNELS_EXAMPLE = (
+    'CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}} '
+    "(one process), or channels_redis.core.RedisChannelLayer for several"
+)
+
+
+def _app_index(apps: list[str], name: str) -> int | None:
+    """Where `name` (a module path, or an AppConfig path under it) is in INSTALLED_APPS."""
+    for index, entry in enumerate(apps):
+        if entry == name or entry.startswith(f"{name}.apps."):
+            return index
+    return None
+
+
+def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
+    if HTMX_MIDDLEWARE in list(getattr(settings, "MIDDLEWARE", None) or []):
+        return []
+    return [
+        checks.Error(
+            f"{HTMX_MIDDLEWARE} is not in MIDDLEWARE: the app's pages read request.htmx.",
+            hint=f'Add "{HTMX_MIDDLEWARE}" to MIDDLEWARE (anywhere after SessionMiddleware).',
+            id="approvals.E001",
+        )
+    ]
+
+
+def check_task_backend(**kwargs: Any) -> list[checks.CheckMessage]:
+    configured = (getattr(settings, "TASKS", None) or {}).get("default")
+    backend = (configured or {}).get("BACKEND")
+    if backend:
+        try:
+            backend_class = import_string(backend)
+            wanted = import_string(TASK_BACKEND)
+        except ImportError:
+            backend_class = wanted = None
+        if isinstance(backend_class, type) and issubclass(backend_class, wanted):
+            return []
+    shown = f"is {backend}" if backend else "is not set (django-tasks then runs tasks inline)"
+    return [
+        checks.Error(
+            f'The "default" task backend {shown}: runs would execute inside the request '
+            "that starts or decides them, and a failure would leave them queued with no "
+            "visible error.",
+            hint=f"Set {TASKS_EXAMPLE} and run `manage.py db_worker` (or `manage.py serve`, "
+            "which runs a worker in the server).",
+            id="approvals.E002",
+        )
+    ]
+
+
+def check_installed_apps(**kwargs: Any) -> list[checks.CheckMessage]:
+    installed = list(settings.INSTALLED_APPS)
+    missing = [(name, why) for name, why in REQUIRED_APPS if _app_index(installed, name) is None]
+    return [
+        checks.Error(
+            f'"{name}" is not in INSTALLED_APPS: the app needs it for {why}.',
+            hint=f'Add "{name}" to INSTALLED_APPS.',
+            id="approvals.E003",
+        )
+        for name, why in missing
+    ]
+
+
+def check_channel_layer(**kwargs: Any) -> list[checks.CheckMessage]:
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if (layers.get("default") or {}).get("BACKEND"):
+        return []
+    return [
+        checks.Error(
+            "No default channel layer (CHANNEL_LAYERS): live pages would never receive a "
+            "change, and a decision's push would fail.",
+            hint=f"Set {CHANNELS_EXAMPLE}.",
+            id="approvals.E004",
+        )
+    ]
+
+
+def check_app_order(**kwargs: Any) -> list[checks.CheckMessage]:
+    installed = list(settings.INSTALLED_APPS)
+    ours = _app_index(installed, "approvals")
+    theirs = _app_index(installed, "django_tasks_db")
+    if ours is None or theirs is None or ours < theirs:
+        return []
+    return [
+        checks.Error(
+            '"approvals" is listed after "django_tasks_db" in INSTALLED_APPS, so '
+            "`manage.py db_worker` is django-tasks-db's own command: its workers would hold "
+            "no run leases, never expire overdue requests and never recover the runs of a "
+            "dead worker.",
+            hint='Move "approvals" above "django_tasks_db" in INSTALLED_APPS.',
+            id="approvals.E005",
+        )
+    ]
+
+
+def check_urls(**kwargs: Any) -> list[checks.CheckMessage]:
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []  # Django reports that itself
+    try:
+        reverse("approvals:inbox")
+        reverse("approvals:live-inbox")
+        reverse("approvals:toolnexus_api:api-root")
+    except NoReverseMatch:
+        return [
+            checks.Error(
+                f"The app's URLs are not included in ROOT_URLCONF ({settings.ROOT_URLCONF}).",
+                hint='Add path("approvals/", include("approvals.urls")) to urlpatterns (any '
+                "prefix: pages, the API under api/ and the live pages' sockets under ws/).",
+                id="approvals.E006",
+            )
+        ]
+    except Exception:  # a URLconf that fails to import: Django's own URL check says why
+        return []
+    return []
+
+
+SETTINGS_CHECKS = [
+    check_middleware,
+    check_task_backend,
+    check_installed_apps,
+    check_channel_layer,
+    check_app_order,
+]
+
+
+def register() -> None:
+    """Called from the app's ready()."""
+    for check in SETTINGS_CHECKS:
+        checks.register(check, "approvals")
+    checks.register(check_urls, checks.Tags.urls, "approvals")
+
+
+def run_all() -> Iterable[checks.CheckMessage]:
+    """Every check of the app (tests, and anyone who wants them without `manage.py check`)."""
+    for check in [*SETTINGS_CHECKS, check_urls]:
+        yield from check()

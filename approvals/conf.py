@@ -1,0 +1,105 @@
+"""The app's settings, in one namespace with defaults: every `TOOLNEXUS_*` name the app reads.
+
+    from approvals.conf import app_settings
+
+    app_settings.RUN_LEASE_SECONDS  # settings.TOOLNEXUS_RUN_LEASE_SECONDS, else 30
+
+A host project sets only the names it wants to change; everything else has the default
+below. Values are read from django.conf.settings on every access, so `override_settings`
+and pytest-django's `settings` fixture apply at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+PREFIX = "TOOLNEXUS_"
+
+DEFAULTS: dict[str, Any] = {
+    # -- agents ----------------------------------------------------------------------------
+    # Extra modules that register agents (besides every installed app's agents.py).
+    "AGENT_MODULES": (),
+    # The offline demo agent: opt-in (this repository's demo project turns it on).
+    "DEMO_AGENT": False,
+    # -- pages -------------------------------------------------------------------------------
+    # The template the app's pages sit in: a full HTML page with the blocks `title`, `head`
+    # (inside <head>: the app adds its stylesheet and scripts) and `content`. The default is
+    # a minimal page the app ships.
+    "BASE_TEMPLATE": "approvals/page.html",
+    # -- the worker --------------------------------------------------------------------------
+    # A running run's lease, renewed by its worker's heartbeat every third of it.
+    "RUN_LEASE_SECONDS": 30,
+    # How often a worker expires overdue requests and recovers abandoned runs.
+    "MAINTENANCE_SECONDS": 10.0,
+    # How often an idle worker looks for new tasks.
+    "WORKER_INTERVAL": 0.2,
+    # Default expiry for requests that carry no expiresAt (0: never).
+    "REQUEST_TTL_SECONDS": 0,
+    # -- `manage.py serve` -------------------------------------------------------------------
+    # Server timeouts (docs/operations.md, "Server timeouts"); 0: none.
+    "HTTP_TIMEOUT": 60.0,
+    "HTTP_IDLE_TIMEOUT": 60.0,
+    "WS_CONNECT_TIMEOUT": 10.0,
+    "WS_PING_INTERVAL": 20.0,
+    "WS_PING_TIMEOUT": 30.0,
+    # `serve` applies migrations before it starts (the demo project: on).
+    "SERVE_MIGRATE": False,
+    # `serve` on a loopback address makes the demo accounts (the demo project: on).
+    "DEMO_ACCOUNTS": False,
+    # -- limits and throttles ----------------------------------------------------------------
+    # Live pages (websockets) one account may hold open at once (0: no cap).
+    "MAX_SOCKETS_PER_USER": 30,
+    # Proxies in front of the app whose X-Forwarded-For entries are believed.
+    "TRUSTED_PROXIES": 0,
+    # API throttles, "N/unit" ("" turns one off).
+    "API_TOKEN_RATE": "600/min",
+    "API_USER_RATE": "1200/min",
+    "API_AUTH_FAILURE_RATE": "30/min",
+    # Runs one user may start per minute (0: no cap).
+    "RUNS_PER_MINUTE": 30,
+    # A new API token's lifetime in days (0: never expires).
+    "TOKEN_DAYS": 90,
+    # Whoever started a run may not approve or answer its requests, for every agent.
+    "STARTER_CANNOT_APPROVE": False,
+}
+
+
+class AppSettings:
+    """`app_settings.NAME` is `settings.TOOLNEXUS_NAME`, or its default."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            default = DEFAULTS[name]
+        except KeyError:
+            raise AttributeError(f"the app has no setting {PREFIX}{name}") from None
+        return getattr(settings, PREFIX + name, default)
+
+    def __dir__(self) -> list[str]:
+        return sorted(DEFAULTS)
+
+
+app_settings = AppSettings()
+
+
+def setting_name(name: str) -> str:
+    """The Django setting that holds `name` ("RUN_LEASE_SECONDS" -> "TOOLNEXUS_RUN_...")."""
+    if name not in DEFAULTS:
+        raise KeyError(name)
+    return PREFIX + name
+
+
+def install_defaults() -> list[str]:
+    """Give django.conf.settings the default of every TOOLNEXUS_* name the project left out,
+    for the modules that still read `settings.TOOLNEXUS_*` directly (the worker in
+    approvals/execution, db_worker, the websocket consumers, serve's server options). Called
+    once from the app's ready(); returns the names it filled in. Modules that read
+    `app_settings` need none of this."""
+    filled = []
+    for name, default in DEFAULTS.items():
+        full = PREFIX + name
+        if not hasattr(settings, full):
+            setattr(settings, full, default)
+            filled.append(full)
+    return filled

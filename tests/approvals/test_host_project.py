@@ -1,0 +1,393 @@
+"""The app in a project that is not this repository's demo: settings with defaults, system
+checks that name what is missing, the URLs at any prefix (pages, API, sockets), the app's
+own page frame, error answers and 403 page, serve's opt-ins, the groups command."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.contrib.staticfiles import finders
+from django.core.checks.urls import check_url_namespaces_unique
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals import agents, checks, conf, permissions, services
+from approvals.agents.discovery import autodiscover
+from approvals.conf import app_settings
+from approvals.live import routing
+from approvals.management.commands import serve
+from approvals.models import ApprovalRequest
+
+from .factories import make_user, post_json, session_client, start_and_halt
+
+HOST_URLS = "tests.approvals.host_urls"
+HOST_TEMPLATES = Path(__file__).parent / "host_templates"
+
+
+def _ids(messages) -> list[str]:
+    return [m.id for m in messages]
+
+
+# -- settings: one namespace, with defaults --------------------------------------------------
+
+
+def test_every_setting_has_a_default_when_the_project_sets_none(settings):
+    for name in conf.DEFAULTS:
+        delattr(settings, conf.setting_name(name))
+    assert app_settings.RUN_LEASE_SECONDS == 30
+    assert app_settings.TOKEN_DAYS == 90
+    assert app_settings.DEMO_AGENT is False and app_settings.DEMO_ACCOUNTS is False
+    assert app_settings.BASE_TEMPLATE == "approvals/page.html"
+    settings.TOOLNEXUS_TOKEN_DAYS = 7  # a project's own value wins, read on every access
+    assert app_settings.TOKEN_DAYS == 7
+    with pytest.raises(AttributeError, match="TOOLNEXUS_NO_SUCH"):
+        app_settings.NO_SUCH  # noqa: B018
+
+
+@pytest.mark.django_db
+def test_the_app_works_without_any_toolnexus_setting(settings):
+    """A project that sets none of them: the app reads its settings with defaults, and the
+    app's ready() gives the modules that still read settings.TOOLNEXUS_* (the worker) theirs.
+    Before, the run failed with AttributeError."""
+    for name in conf.DEFAULTS:
+        delattr(settings, conf.setting_name(name))
+    conf.install_defaults()  # what ready() does in such a project
+    user = make_user()
+    run = start_and_halt(user=user)
+    assert run.status == "pending"
+    assert run.requests.get().expires_at is None  # REQUEST_TTL_SECONDS: 0, never
+    _, token = services.api_token_create(user=user)
+    assert timezone.now() + timedelta(days=89) < token.expires_at  # TOKEN_DAYS: 90
+
+
+def test_install_defaults_fills_in_what_the_project_left_out(settings):
+    """For the modules that still read settings.TOOLNEXUS_* directly (the worker, the
+    consumers, serve's server options)."""
+    del settings.TOOLNEXUS_RUN_LEASE_SECONDS
+    del settings.TOOLNEXUS_MAX_SOCKETS_PER_USER
+    settings.TOOLNEXUS_WORKER_INTERVAL = 1.5
+    filled = conf.install_defaults()
+    assert "TOOLNEXUS_RUN_LEASE_SECONDS" in filled and "TOOLNEXUS_MAX_SOCKETS_PER_USER" in filled
+    assert settings.TOOLNEXUS_RUN_LEASE_SECONDS == 30
+    assert settings.TOOLNEXUS_MAX_SOCKETS_PER_USER == 30
+    assert settings.TOOLNEXUS_WORKER_INTERVAL == 1.5  # the project's own value stays
+
+
+def test_the_demo_agent_is_opt_in(settings):
+    demo = agents.get("demo")
+    agents.unregister("demo")
+    try:
+        del settings.TOOLNEXUS_DEMO_AGENT
+        autodiscover()
+        assert agents.get("demo") is None  # a host project gets no uninvited agent
+        settings.TOOLNEXUS_DEMO_AGENT = True
+        autodiscover()
+        assert agents.get("demo") is not None
+    finally:
+        agents.unregister("demo")
+        agents.register(demo.name, **_registration(demo))
+
+
+def _registration(agent) -> dict:
+    return {
+        "model": agent.model,
+        "tools": agent.tools,
+        "executors": agent.executors,
+        "system_prompt": agent.system_prompt,
+        "description": agent.description,
+        "allow_typed_output": agent.allow_typed_output,
+    }
+
+
+# -- system checks -------------------------------------------------------------------------
+
+
+def test_the_demo_project_passes_every_check():
+    assert list(checks.run_all()) == []
+
+
+def test_check_e001_htmx_middleware(settings):
+    settings.MIDDLEWARE = [
+        m for m in settings.MIDDLEWARE if m != "django_htmx.middleware.HtmxMiddleware"
+    ]
+    (error,) = checks.check_middleware()
+    assert error.id == "approvals.E001"
+    assert "request.htmx" in error.msg and "django_htmx.middleware.HtmxMiddleware" in error.hint
+
+
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        None,
+        {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}},
+        {"default": {"BACKEND": "no.such.Backend"}},
+    ],
+)
+def test_check_e002_task_backend(settings, tasks):
+    if tasks is None:
+        del settings.TASKS
+    else:
+        settings.TASKS = tasks
+    (error,) = checks.check_task_backend()
+    assert error.id == "approvals.E002"
+    assert 'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}' in error.hint
+    assert "ImmediateBackend" in error.msg if tasks and "immediate" in str(tasks) else True
+
+
+def test_check_e002_accepts_django_tasks_db(settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"}}
+    assert checks.check_task_backend() == []
+
+
+def test_check_e003_required_apps(settings):
+    settings.INSTALLED_APPS = [
+        a for a in settings.INSTALLED_APPS if a not in ("template_partials", "django_htmx")
+    ]
+    errors = checks.check_installed_apps()
+    assert _ids(errors) == ["approvals.E003", "approvals.E003"]
+    assert {e.hint for e in errors} == {
+        'Add "django_htmx" to INSTALLED_APPS.',
+        'Add "template_partials" to INSTALLED_APPS.',
+    }
+
+
+def test_check_e004_channel_layer(settings):
+    del settings.CHANNEL_LAYERS
+    (error,) = checks.check_channel_layer()
+    assert error.id == "approvals.E004" and "InMemoryChannelLayer" in error.hint
+
+
+def test_check_e005_app_order(settings):
+    apps = [a for a in settings.INSTALLED_APPS if a != "approvals"]
+    settings.INSTALLED_APPS = [*apps, "approvals"]  # after django_tasks_db
+    (error,) = checks.check_app_order()
+    assert error.id == "approvals.E005"
+    assert "db_worker" in error.msg and "above" in error.hint
+    settings.INSTALLED_APPS = ["approvals.apps.ApprovalsConfig", *apps]
+    assert checks.check_app_order() == []
+
+
+def test_check_e006_urls(settings):
+    settings.ROOT_URLCONF = "tests.approvals.no_app_urls"
+    (error,) = checks.check_urls()
+    assert error.id == "approvals.E006" and 'include("approvals.urls")' in error.hint
+
+
+def test_the_checks_run_with_manage_py_check(settings):
+    settings.MIDDLEWARE = [
+        m for m in settings.MIDDLEWARE if m != "django_htmx.middleware.HtmxMiddleware"
+    ]
+    with pytest.raises(SystemCheckError, match=r"approvals\.E001"):
+        call_command("check", stderr=io.StringIO())
+
+
+# -- the URLs at any prefix ----------------------------------------------------------------
+
+pytest_host = pytest.mark.urls(HOST_URLS)
+
+
+@pytest_host
+def test_the_api_namespace_does_not_collide_with_a_projects_own_api():
+    assert check_url_namespaces_unique(None) == []
+    assert reverse("api:index") == "/api/"  # the project's
+    assert reverse("approvals:toolnexus_api:api-root") == "/inbox/api/"
+
+
+@pytest_host
+@pytest.mark.django_db
+def test_pages_and_socket_urls_follow_the_mount():
+    page = session_client(make_user()).get("/inbox/").content.decode()
+    assert 'ws-connect="/inbox/ws/inbox/?' in page
+    assert 'data-app-root="/inbox/"' in page
+    assert "/static/approvals/app.css" in page and "/static/approvals/app.js" in page
+    assert 'href="/admin/' not in page  # no admin in this project: no link to it
+    run = start_and_halt()
+    page = session_client(make_user()).get(f"/inbox/runs/{run.pk}/").content.decode()
+    assert f'ws-connect="/inbox/ws/runs/{run.pk}/"' in page
+
+
+@pytest_host
+@pytest.mark.django_db
+def test_the_api_answers_json_under_its_mount(settings):
+    user = make_user()
+    client = session_client(user)
+    assert client.get("/inbox/api/runs").status_code == 200
+    missing = client.get("/inbox/api/no/such/endpoint")
+    assert missing.status_code == 404 and missing.json()["detail"].startswith("Not Found")
+    assert client.get("/api/").content == b"the shop's own API"
+    run = start_and_halt(user=user)
+    request = run.requests.get()
+    url = f"/inbox/api/requests/{request.request_id}/decline"
+    body = json.dumps({"reason": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)})
+    # With the request guards (this project's middleware) and without them: JSON either way.
+    for middleware in (
+        settings.MIDDLEWARE,
+        [m for m in settings.MIDDLEWARE if "RequestGuardMiddleware" not in m],
+    ):
+        settings.MIDDLEWARE = middleware
+        too_big = post_json(client, url, raw=body)
+        assert too_big.status_code == 413, middleware
+        assert too_big["Content-Type"].startswith("application/json")
+        assert too_big.json() == {"detail": "request body too large"}
+    request.refresh_from_db()
+    assert request.state == ApprovalRequest.State.PENDING
+
+
+@pytest_host
+@pytest.mark.django_db
+def test_a_refusal_is_the_apps_own_403_page_without_a_project_handler():
+    page = session_client(make_user(role="watcher")).get("/inbox/runs/new/")
+    assert page.status_code == 403
+    text = page.content.decode()
+    assert f"({permissions.START_PERMISSION})" in text and "Ask an administrator" in text
+    assert 'class="approvals-app"' in text  # a page of the app, not Django's bare 403
+
+
+@pytest_host
+@pytest.mark.django_db
+def test_a_signed_out_htmx_request_gets_401_without_the_guard_middleware(settings):
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "RequestGuardMiddleware" not in m]
+    response = Client().post("/inbox/requests/nope/decline/", headers={"HX-Request": "true"})
+    assert response.status_code == 401
+    assert "signed out" in response.content.decode()
+
+
+@pytest_host
+def test_websocket_routes_follow_the_mount():
+    assert routing.mount() == "inbox/"
+    routes = [str(p.pattern) for p in routing.websocket_urlpatterns_for()]
+    assert routes == ["inbox/ws/inbox/", "inbox/ws/runs/<int:run_id>/"]
+    from approvals.live.routing import websocket_urlpatterns
+
+    assert [str(p.pattern) for p in websocket_urlpatterns] == routes
+
+
+def test_websocket_routes_say_when_the_urls_are_not_included(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    settings.ROOT_URLCONF = "tests.approvals.no_app_urls"
+    with pytest.raises(ImproperlyConfigured, match=r'include\("approvals.urls"\)'):
+        routing.websocket_urlpatterns_for()
+
+
+@pytest_host
+@pytest.mark.django_db(transaction=True)
+async def test_a_live_page_connects_under_the_mount(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    reviewer = await database_sync_to_async(make_user)()
+
+    def cookie() -> str:
+        client = Client()
+        client.force_login(reviewer)
+        return client.cookies["sessionid"].value
+
+    session = await database_sync_to_async(cookie)()
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"sessionid={session}".encode()),
+    ]
+    app = routing.live_application()
+    comm = WebsocketCommunicator(app, "/inbox/ws/inbox/", headers=headers)
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    assert 'id="request-list"' in await comm.receive_from(timeout=5)
+    await comm.disconnect()
+    refused = WebsocketCommunicator(app, "/ws/inbox/", headers=headers)  # not mounted there
+    with pytest.raises(ValueError, match="No route found"):
+        await refused.connect(timeout=5)
+
+
+# -- the page frame and static files ---------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_pages_sit_in_the_projects_layout(settings):
+    settings.TEMPLATES = [
+        {**settings.TEMPLATES[0], "DIRS": [*settings.TEMPLATES[0]["DIRS"], HOST_TEMPLATES]}
+    ]
+    settings.TOOLNEXUS_BASE_TEMPLATE = "shop_base.html"
+    page = session_client(make_user()).get("/").content.decode()
+    assert "data-shop-layout" in page and "Shop navigation" in page
+    assert "<title>Inbox | Shop</title>" in page
+    assert 'id="request-list"' in page and "approvals/app.js" in page  # head and content
+
+
+@pytest.mark.django_db
+def test_the_default_frame_is_a_page_the_app_ships():
+    page = session_client(make_user()).get("/").content.decode()
+    assert page.startswith("<!doctype html>") and "<title>Inbox · toolnexus</title>" in page
+
+
+def test_static_files_live_under_the_apps_name():
+    for name in ("approvals/app.css", "approvals/app.js"):
+        found = finders.find(name)
+        assert found and Path(found).is_relative_to(Path(__file__).parents[2] / "approvals")
+
+
+# -- serve and the groups command ------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_demo_accounts_never_touch_a_user_serve_did_not_make():
+    User = get_user_model()
+    User.objects.create_user(username="admin", password="the-owners-password")
+    plan = serve.plan_exposure("127.0.0.1", demo_accounts=True, debug=True)
+    made = serve.make_demo_accounts(plan, "pw-1")
+    assert [name for name, _ in made] == ["reviewer", "reviewer2", "watcher"]
+    admin = User.objects.get(username="admin")
+    assert admin.check_password("the-owners-password")
+    assert not admin.is_superuser and not admin.is_staff
+    made = serve.make_demo_accounts(plan, "pw-2")  # serve's own accounts: a fresh password
+    assert [name for name, _ in made] == ["reviewer", "reviewer2", "watcher"]
+    assert User.objects.get(username="reviewer").check_password("pw-2")
+    assert User.objects.get(username="admin").check_password("the-owners-password")
+
+
+def test_demo_accounts_are_opt_in(settings):
+    del settings.TOOLNEXUS_DEMO_ACCOUNTS
+    assert not serve.plan_exposure("127.0.0.1", demo_accounts=None, debug=True).demo_accounts
+    settings.TOOLNEXUS_DEMO_ACCOUNTS = True
+    assert serve.plan_exposure("127.0.0.1", demo_accounts=None, debug=True).demo_accounts
+
+
+def test_serve_uses_the_projects_asgi_application(settings):
+    settings.ASGI_APPLICATION = "tests.approvals.test_host_project.A_PROJECTS_APPLICATION"
+    assert serve.load_asgi_application() is A_PROJECTS_APPLICATION
+    del settings.ASGI_APPLICATION
+    assert serve.load_asgi_application() is not A_PROJECTS_APPLICATION
+
+
+async def A_PROJECTS_APPLICATION(scope, receive, send):  # a project's ASGI app
+    raise AssertionError("never called")
+
+
+def test_serve_does_not_reexecute_for_a_project_that_ignores_the_bind(settings):
+    del settings.TOOLNEXUS_HOST
+    assert serve.settings_env("0.0.0.0", ["example.com"]) == {}
+
+
+@pytest.mark.django_db
+def test_approvals_groups_command():
+    Group.objects.filter(name__in=["Reviewers", "Watchers"]).delete()
+    out = io.StringIO()
+    call_command("approvals_groups", stdout=out)
+    reviewers = Group.objects.get(name="Reviewers")
+    assert set(reviewers.permissions.values_list("codename", flat=True)) == set(
+        permissions.REVIEWER_PERMISSIONS
+    )
+    assert "decide_request" in out.getvalue()
+    assert "decide_request" not in Group.objects.get(name="Watchers").permissions.values_list(
+        "codename", flat=True
+    )
