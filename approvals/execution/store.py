@@ -7,13 +7,13 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from toolnexus import Answer, RunResult
 
 from .. import events
+from ..conf import app_settings
 from ..domain.exceptions import LeaseLost
 from ..domain.records import append_event, create_request, set_run_status
 from ..models import ApprovalRequest, RequestCall, Run
@@ -49,7 +49,7 @@ def run_claim(*, run_id: int, worker_id: str) -> Run | None:
         else:
             return None
         run.worker_id = worker_id
-        run.lease_expires_at = now + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
+        run.lease_expires_at = now + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
         run.attempts += 1
         run.error = ""
         run.save()
@@ -79,9 +79,7 @@ def run_checkpoint(
         # The transcript is about to be replaced: no need to read the stored one.
         run = locked_own_run(run_id, worker_id, only=("lease_expires_at", "updated_at"))
         run.messages = messages
-        run.lease_expires_at = timezone.now() + timedelta(
-            seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS
-        )
+        run.lease_expires_at = timezone.now() + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
         run.save(update_fields=["messages", "lease_expires_at", "updated_at"])
         if applied_request_pk is not None:
             ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
@@ -154,7 +152,7 @@ def forget_run(worker_id: str) -> None:
 
 def runs_renew_leases(*, worker_prefix: str) -> int:
     """Extend the leases of the runs held by one worker process (its heartbeat)."""
-    until = timezone.now() + timedelta(seconds=settings.TOOLNEXUS_RUN_LEASE_SECONDS)
+    until = timezone.now() + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
     return (
         Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix)
         .exclude(worker_id__in=_forgotten)

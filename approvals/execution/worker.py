@@ -38,7 +38,6 @@ from types import FrameType
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
 from django.dispatch import receiver
 from django.utils import timezone
@@ -51,6 +50,7 @@ from django_tasks_db.compat import (
 from django_tasks_db.management.commands.db_worker import Worker as StockWorker
 from django_tasks_db.models import DBTaskResult
 
+from ..conf import app_settings
 from . import clients, recovery, store
 from .identity import lease_owner, set_current_worker_id
 
@@ -205,7 +205,7 @@ class Worker(StockWorker):
         self.stop = _StopEvent(self._idle_wait)  # before the stock __init__ sets `running`
         super().__init__(
             queue_names=list(queue_names or [DEFAULT_TASK_QUEUE_NAME]),
-            interval=settings.TOOLNEXUS_WORKER_INTERVAL if interval is None else interval,
+            interval=app_settings.WORKER_INTERVAL if interval is None else interval,
             batch=True,  # the stock loop runs one pass at a time; `run` waits between passes
             backend_name=backend_name,
             startup_delay=False,  # `run` delays its first pass only, not every pass
@@ -216,9 +216,7 @@ class Worker(StockWorker):
         self.exit_when_idle = batch
         self.delay_start = startup_delay
         self.maintenance_every = (
-            settings.TOOLNEXUS_MAINTENANCE_SECONDS
-            if maintenance_every is None
-            else maintenance_every
+            app_settings.MAINTENANCE_SECONDS if maintenance_every is None else maintenance_every
         )
         self._next_maintenance = 0.0
         self._loop_thread: threading.Thread | None = None
@@ -360,7 +358,7 @@ class Worker(StockWorker):
     def heartbeat(self) -> None:
         """Keep the leases of the runs this worker holds fresh, however long a step takes;
         when the worker dies the leases lapse and another worker takes the runs over."""
-        lease = settings.TOOLNEXUS_RUN_LEASE_SECONDS
+        lease = app_settings.RUN_LEASE_SECONDS
         prefix = f"{lease_owner(self.worker_id)}:"
         while not self.stop.wait(max(1.0, lease / 3)):
             try:

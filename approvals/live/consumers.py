@@ -30,6 +30,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.core.cache import cache
 
+from ..conf import app_settings
 from ..models import Run
 from ..permissions import agent_rights
 from ..presenters.pages import inbox_filters
@@ -120,7 +121,7 @@ class _Base(AsyncWebsocketConsumer):
     async def _count_socket(self) -> bool:
         """Count this socket against its user's cap (TOOLNEXUS_MAX_SOCKETS_PER_USER): one
         account cannot hold the server's connections open by the hundred."""
-        limit = settings.TOOLNEXUS_MAX_SOCKETS_PER_USER
+        limit = app_settings.MAX_SOCKETS_PER_USER
         if not limit:
             return True
         key = self._count_key()

@@ -14,13 +14,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as StockCommand
 from django_tasks_db.management.commands.db_worker import logger as stock_log
 
 from approvals.execution.worker import Worker
+
+from ...conf import app_settings
 
 _SIGNALS = [
     signal.SIGINT,
@@ -37,7 +38,7 @@ class Command(StockCommand):
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
-        parser.set_defaults(interval=settings.TOOLNEXUS_WORKER_INTERVAL)
+        parser.set_defaults(interval=app_settings.WORKER_INTERVAL)
 
     def handle(
         self,

@@ -227,7 +227,7 @@ class Command(BaseCommand):
             # In the reactor's thread, before it runs. The worker runs on the server's loop
             # until shutdown, when it finishes its current step (or that step is cancelled:
             # its checkpoint is where the next start resumes).
-            server.http_factory.timeOut = settings.TOOLNEXUS_HTTP_IDLE_TIMEOUT or None
+            server.http_factory.timeOut = app_settings.HTTP_IDLE_TIMEOUT or None
             if worker is not None:
                 start_on_daphne(worker)
 
@@ -237,10 +237,10 @@ class Command(BaseCommand):
             verbosity=0,
             ready_callable=ready,
             # Slow and idle connections are closed (docs/operations.md, "Server timeouts").
-            http_timeout=settings.TOOLNEXUS_HTTP_TIMEOUT or None,
-            websocket_connect_timeout=settings.TOOLNEXUS_WS_CONNECT_TIMEOUT,
-            ping_interval=settings.TOOLNEXUS_WS_PING_INTERVAL,
-            ping_timeout=settings.TOOLNEXUS_WS_PING_TIMEOUT,
+            http_timeout=app_settings.HTTP_TIMEOUT or None,
+            websocket_connect_timeout=app_settings.WS_CONNECT_TIMEOUT,
+            ping_interval=app_settings.WS_PING_INTERVAL,
+            ping_timeout=app_settings.WS_PING_TIMEOUT,
         )
         server.run()
         if not server.listening_addresses:
