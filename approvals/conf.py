@@ -11,6 +11,7 @@ and pytest-django's `settings` fixture apply at once.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from django.conf import settings
@@ -103,3 +104,14 @@ def install_defaults() -> list[str]:
             setattr(settings, full, default)
             filled.append(full)
     return filled
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address (or host name) reaches only this machine."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "ip6-localhost", "ip6-loopback") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
+from approvals.conf import is_loopback  # also what `serve` decides exposure with
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -33,17 +35,6 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 
 # -- where `serve` listens, DEBUG, the secret key, allowed hosts ------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address (or host name) reaches only this machine."""
-    host = host.strip().strip("[]").lower()
-    if host in ("localhost", "ip6-localhost", "ip6-loopback") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind_hosts(host: str) -> list[str]:

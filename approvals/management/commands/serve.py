@@ -21,7 +21,6 @@ setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import sys
@@ -34,7 +33,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
-from approvals.conf import app_settings
+from approvals.conf import app_settings, is_loopback
 
 REEXEC_MARK = "TOOLNEXUS_SERVE_REEXEC"
 DEMO_NAMES = ("reviewer", "reviewer2", "watcher", "admin")
@@ -44,17 +43,6 @@ DEMO_REVIEWERS = [
     ("reviewer2", "Reviewers", "can decide"),
     ("watcher", "Watchers", "view only"),
 ]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address (or host name) reaches only this machine."""
-    host = host.strip().strip("[]").lower()
-    if host in ("localhost", "ip6-localhost", "ip6-loopback") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def env_list(name: str) -> list[str]:
