@@ -26,6 +26,7 @@ from .models import (
     ApprovalRequest,
     Event,
     RequestCall,
+    RequestHide,
     Run,
     ToolExecution,
 )
@@ -349,6 +350,17 @@ class ToolExecutionAdmin(ReadOnlyAdmin):
     list_display = ["run", "tool_name", "call_id", "started_at", "finished_at", "is_error"]
     list_filter = ["tool_name", "is_error"]
     search_fields = ["=run__id", "call_id", "tool_name"]
+
+
+@admin.register(RequestHide)
+class RequestHideAdmin(ReadOnlyAdmin):
+    """Each reviewer's snoozed (until a time) and ignored (no end) requests: theirs alone."""
+
+    agent_field = "request__agent"
+    list_display = ["request", "user", "until", "created_at"]
+    list_select_related = ["request", "user"]
+    search_fields = ["request__request_id", "user__username"]
+    readonly_fields = ["request", "user", "until", "created_at"]
 
 
 @admin.register(ApiToken)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -253,6 +253,24 @@ class RequestFilter(Schema):
     )
     agent: str | None = None
     kind: str | None = None
+    q: str | None = Field(
+        None,
+        max_length=selectors.MAX_SEARCH_CHARS,
+        description="search: a case-insensitive substring of the prompt, the agent, the tool"
+        " names or the arguments",
+    )
+    sort: str | None = Field(
+        None,
+        description="newest (default), oldest, or deadline (soonest expiry first, none last)",
+    )
+    claim: str | None = Field(
+        None, description="mine or unclaimed (active claims only); empty for any"
+    )
+    overdue: bool = Field(False, description="only pending requests past their expiry")
+    hidden: str | None = Field(
+        None,
+        description="empty: leave out what you snoozed or ignored; only: just those",
+    )
     limit: int = Field(50, ge=1, le=200)
     offset: int = Field(0, ge=0, le=1_000_000_000)
 
@@ -286,6 +304,11 @@ class CallOut(Schema):
     reason: str | None
 
 
+class ClaimOut(Schema):
+    by: str | None = Field(..., description="the reviewer holding the claim")
+    at: datetime = Field(..., description="when they claimed it (it lapses after the claim time)")
+
+
 class DecisionOut(Schema):
     state: str
     answer: dict[str, Any] | None
@@ -301,6 +324,9 @@ class RequestOut(Schema):
     state: str
     created_at: datetime
     calls: list[CallOut]
+    claim: ClaimOut | None = Field(
+        None, description="who is working on it (an active claim of a pending request), or null"
+    )
     decision: DecisionOut | None
 
 
@@ -357,6 +383,43 @@ class TokenOut(Schema):
 class TokenPage(Schema):
     items: list[TokenOut]
     count: int
+
+
+class ClaimIn(Strict):
+    takeover: StrictBool = Field(
+        False, description="take over another reviewer's active claim (else 409 naming them)"
+    )
+
+
+class SnoozeIn(Strict):
+    until: datetime | None = Field(None, description="hide it from you until then (ISO 8601)")
+    minutes: int | None = Field(
+        None, ge=1, le=60 * 24 * 365, description="or: hide it from you for this many minutes"
+    )
+
+
+class HiddenOut(Schema):
+    id: str = Field(..., description="the request id")
+    hidden: bool
+    until: datetime | None = Field(..., description="null: ignored until you un-hide it")
+
+
+class BulkIn(Strict):
+    ids: list[StrictStr] = Field(..., min_length=1, max_length=services.MAX_BULK_IDS)
+    action: StrictStr = Field(..., description="approve or decline")
+    reason: StrictStr | None = Field(
+        None, max_length=services.MAX_REASON_CHARS, description="for decline: one reason for all"
+    )
+
+
+class BulkResultOut(Schema):
+    id: str
+    status: str = Field(..., description="done, already, invalid, forbidden or missing")
+    message: str
+
+
+class BulkOut(Schema):
+    results: list[BulkResultOut]
 
 
 class TokenListFilter(Schema):
@@ -540,14 +603,56 @@ def list_requests(request, filters: Query[RequestFilter]):
     hidden = _can_view(request, permissions.VIEW_REQUESTS)
     if filters.state and filters.state not in STATES:
         raise services.InvalidInput(f"state: must be one of {', '.join(sorted(STATES))}")
-    qs = selectors.request_list(
-        state=filters.state or None,
-        agent=filters.agent or None,
-        kind=filters.kind or None,
-        hidden_agents=hidden,
+    for name, accepted in (
+        ("sort", selectors.INBOX_SORTS),
+        ("claim", selectors.INBOX_CLAIMS),
+        ("hidden", selectors.INBOX_HIDDEN),
+    ):
+        value = getattr(filters, name) or ""
+        if value and value not in accepted:
+            shown = ", ".join(a for a in accepted if a)
+            raise services.InvalidInput(f"{name}: must be one of {shown}")
+    for name in ("agent", "kind", "q"):
+        if "\x00" in (getattr(filters, name) or ""):
+            raise services.InvalidInput(f"{name}: must not contain NUL")
+    query = selectors.InboxQuery(
+        state=filters.state or "all",
+        agent=filters.agent or "",
+        kind=filters.kind or "",
+        q=" ".join((filters.q or "").split()),
+        claim=filters.claim or "",
+        overdue=filters.overdue,
+        hidden=filters.hidden or "",
+        sort=filters.sort or "newest",
     )
+    qs = selectors.inbox_requests(query, user_id=request.user.pk, hidden_agents=hidden)
     page = qs[filters.offset : filters.offset + filters.limit]
-    return {"items": [selectors.request_view(r) for r in page], "count": qs.count()}
+    count = selectors.inbox_counts(query, user_id=request.user.pk, hidden_agents=hidden)
+    return {"items": [selectors.request_view(r) for r in page], "count": count["matching"]}
+
+
+# Before /requests/{request_id}: Django resolves paths in order, and "bulk" is no id.
+@api.post(
+    "/requests/bulk",
+    response={200: BulkOut, **ERRORS},
+    tags=["requests"],
+    summary="Approve or decline many requests (at most 500), each on its own",
+    description="Each request is decided by itself, exactly as its own approve or decline"
+    " would: one that cannot be decided does not stop the others. Each result's `status`:"
+    " `done`; `already` (decided first by someone else: the message says who and when);"
+    " `invalid` (bulk approve takes only approval-gated calls and relay turns whose every"
+    " call runs on the host; questions, inputs, MCP questions, calls needing a typed"
+    " result and approvals whose prompt says they cannot be undone are decided on their"
+    " card); `forbidden`; `missing` (unknown, or not visible to you).",
+)
+def bulk_requests(request, payload: BulkIn):
+    results = services.requests_bulk(
+        request_ids=payload.ids,
+        user=request.user,
+        action=payload.action,
+        reason=payload.reason or "",
+    )
+    return {"results": [r.as_dict() for r in results]}
 
 
 @api.get(
@@ -611,6 +716,87 @@ def approve_request(request, request_id: str, payload: ApproveIn):
 def decline_request(request, request_id: str, payload: DeclineIn):
     row = services.request_decline(request_id=request_id, user=request.user, reason=payload.reason)
     return _decided(row)
+
+
+# -- triage: claims, snooze / ignore, bulk decisions ---------------------------------------
+
+
+def _claimed(request_id: str, hidden: frozenset[str]) -> dict[str, Any]:
+    return selectors.request_view(
+        selectors.request_get(request_id=request_id, hidden_agents=hidden)
+    )
+
+
+@api.post(
+    "/requests/{request_id}/claim",
+    response={200: RequestOut, **ERRORS},
+    tags=["requests"],
+    summary="Claim a pending request: tell other reviewers you are on it",
+    description="The claim lapses after TOOLNEXUS_CLAIM_MINUTES (30 by default; claiming"
+    " again restarts it). Another reviewer's active claim is 409 naming them, unless"
+    ' `{"takeover": true}`. Claims do not stop anyone from deciding.',
+)
+def claim_request(request, request_id: str, payload: ClaimIn):
+    services.request_claim(request_id=request_id, user=request.user, takeover=payload.takeover)
+    return _claimed(request_id, permissions.hidden_agents(request.user))
+
+
+@api.post(
+    "/requests/{request_id}/release",
+    response={200: RequestOut, **ERRORS},
+    tags=["requests"],
+    summary="Release your claim",
+    description="Only your own claim (another reviewer's is 409); nothing claimed: no change.",
+)
+def release_request(request, request_id: str):
+    services.request_release(request_id=request_id, user=request.user)
+    return _claimed(request_id, permissions.hidden_agents(request.user))
+
+
+def _hidden_out(request_id: str, hide: Any) -> dict[str, Any]:
+    if hide is None:
+        return {"id": request_id, "hidden": False, "until": None}
+    return {"id": request_id, "hidden": True, "until": hide.until}
+
+
+@api.post(
+    "/requests/{request_id}/snooze",
+    response={200: HiddenOut, **ERRORS},
+    tags=["requests"],
+    summary="Hide a request from your inbox until a time",
+    description='`{"until": "<ISO 8601 with a time zone>"}` or `{"minutes": n}`. Only your'
+    " own inbox changes; list it with `hidden=only`.",
+)
+def snooze_request(request, request_id: str, payload: SnoozeIn):
+    if (payload.until is None) == (payload.minutes is None):
+        raise services.InvalidInput("until: give until or minutes (one of them)")
+    until = payload.until
+    if payload.minutes is not None:
+        until = timezone.now() + timedelta(minutes=payload.minutes)
+    hide = services.request_hide(request_id=request_id, user=request.user, until=until)
+    return _hidden_out(request_id, hide)
+
+
+@api.post(
+    "/requests/{request_id}/ignore",
+    response={200: HiddenOut, **ERRORS},
+    tags=["requests"],
+    summary="Hide a request from your inbox until you un-hide it",
+)
+def ignore_request(request, request_id: str):
+    hide = services.request_hide(request_id=request_id, user=request.user, until=None)
+    return _hidden_out(request_id, hide)
+
+
+@api.post(
+    "/requests/{request_id}/unhide",
+    response={200: HiddenOut, **ERRORS},
+    tags=["requests"],
+    summary="Show a snoozed or ignored request in your inbox again",
+)
+def unhide_request(request, request_id: str):
+    services.request_unhide(request_id=request_id, user=request.user)
+    return _hidden_out(request_id, None)
 
 
 # -- API tokens: one's own -----------------------------------------------------------------

@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_DAYS": 90,
     # Whoever started a run may not approve or answer its requests, for every agent.
     "STARTER_CANNOT_APPROVE": False,
+    # -- triage ------------------------------------------------------------------------------
+    # Minutes a reviewer's claim on a request lasts ("I am on it"; 0: until released).
+    "CLAIM_MINUTES": 30,
 }
 
 

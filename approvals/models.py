@@ -7,7 +7,9 @@ rows; read them through `approvals.selectors`.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -71,6 +73,9 @@ class Run(models.Model):
         }
 
 
+SEARCH_TEXT_CHARS = 8000
+
+
 class ApprovalRequest(models.Model):
     """One engine suspension (`toolnexus.Request`) waiting for, or given, a human decision."""
 
@@ -114,6 +119,15 @@ class ApprovalRequest(models.Model):
     # Set once the worker has carried the decision into the run's transcript.
     applied_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Triage: a reviewer says "I am on it". Active while pending and claimed_at is newer
+    # than TOOLNEXUS_CLAIM_MINUTES (selectors.active_claim); kept as history once decided.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    # What the inbox search looks in, lowercased (build_search_text): filled when the row is
+    # made, so a search is one indexed column (pg_trgm on PostgreSQL), not a join per call.
+    search_text = models.TextField(blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -124,6 +138,10 @@ class ApprovalRequest(models.Model):
             models.Index(fields=["state", "agent", "-created_at"], name="req_inbox_agent"),
             models.Index(fields=["state", "kind", "-created_at"], name="req_inbox_kind"),
             models.Index(fields=["state", "expires_at"], name="req_expiry"),
+            # sort=deadline: soonest first, none last (ASC is NULLS LAST), then newest.
+            models.Index(
+                fields=["state", "expires_at", "-created_at", "-id"], name="req_inbox_deadline"
+            ),
         ]
         constraints = [
             # A run waits on at most one open request at a time.
@@ -140,6 +158,23 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} request {self.request_id} ({self.state})"
+
+    def save(self, *args, **kwargs):
+        if self._state.adding and not self.search_text:
+            self.search_text = self.build_search_text()
+        super().save(*args, **kwargs)
+
+    def build_search_text(self) -> str:
+        """The lowercased text the inbox search matches (`search_text_of`); the run's prompt
+        is included when the run is at hand (no query)."""
+        run = self.run if ApprovalRequest.run.is_cached(self) else None
+        return search_text_of(
+            agent=self.agent,
+            kind=self.kind,
+            prompt=self.prompt,
+            data=self.data,
+            run_prompt=run.prompt if run is not None else "",
+        )
 
     @property
     def is_relay(self) -> bool:
@@ -166,6 +201,30 @@ class ApprovalRequest(models.Model):
         if self.expires_at:
             out["expiresAt"] = self.expires_at.isoformat().replace("+00:00", "Z")
         return out
+
+
+def search_text_of(*, agent: str, kind: str, prompt: str, data: Any, run_prompt: str = "") -> str:
+    """What the inbox search looks in, lowercased, capped at SEARCH_TEXT_CHARS: the agent,
+    the request's prompt, the run's prompt, and each call's tool name and arguments
+    (a relay request's `data.calls`; an approval's `data.tool` and its raw `arguments`, or
+    its `input` as JSON). Read from the request's own data, so no call rows are needed."""
+    data = data if isinstance(data, dict) else {}
+    parts = [agent, prompt]
+    if run_prompt and run_prompt != prompt:
+        parts.append(run_prompt)
+    calls = data.get("calls") if kind == "tool_call" else None
+    if not isinstance(calls, list):
+        calls = [data] if data.get("tool") or data.get("callId") else []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        parts.append(str(call.get("name") or call.get("tool") or ""))
+        arguments = call.get("arguments")
+        if isinstance(arguments, str) and arguments.strip() not in ("", "{}"):
+            parts.append(arguments)  # the provider's raw text, as the model wrote it
+        elif call.get("input"):
+            parts.append(json.dumps(call["input"], ensure_ascii=False))
+    return "\n".join(p for p in parts if p).lower()[:SEARCH_TEXT_CHARS]
 
 
 class RequestCall(models.Model):
@@ -201,6 +260,27 @@ class RequestCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.call_id})"
+
+
+class RequestHide(models.Model):
+    """One reviewer's snooze (`until`) or ignore (`until` null) of one request: hidden from
+    that reviewer's inbox until then (or until they un-hide it), never from anyone else's."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="hides")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    until = models.DateTimeField(null=True, blank=True, help_text="Empty: ignored until un-hidden.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "hidden request"
+        constraints = [
+            models.UniqueConstraint(fields=["request", "user"], name="hide_once_per_user")
+        ]
+
+    def __str__(self) -> str:
+        what = f"snoozed until {self.until:%Y-%m-%d %H:%M}" if self.until else "ignored"
+        return f"request {self.request_id} {what} by user {self.user_id}"
 
 
 class ToolExecution(models.Model):

@@ -8,14 +8,27 @@ of a hidden agent is left out of lists and counts, and does not exist for a get 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import (
+    Count,
+    Exists,
+    F,
+    FilteredRelation,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.utils import timezone
 
+from .conf import app_settings
 from .domain.arguments import diff
 from .domain.exceptions import InvalidInput
-from .models import ApiToken, ApprovalRequest, Event, RequestCall, Run
+from .models import ApiToken, ApprovalRequest, Event, RequestCall, RequestHide, Run
 
 State = ApprovalRequest.State
 
@@ -27,7 +40,7 @@ def request_list(
     kind: str | None = None,
     hidden_agents: Collection[str] = (),
 ) -> QuerySet[ApprovalRequest]:
-    qs = ApprovalRequest.objects.select_related("run", "decided_by").prefetch_related(
+    qs = ApprovalRequest.objects.select_related("run", "decided_by", "claimed_by").prefetch_related(
         Prefetch("calls", queryset=RequestCall.objects.order_by("position"))
     )
     if hidden_agents:
@@ -183,6 +196,7 @@ def request_view(row: ApprovalRequest) -> dict[str, Any]:
         "state": row.state,
         "created_at": row.created_at,
         "calls": [call_view(c) for c in row.calls.all()],
+        "claim": claim_view(row),
         "decision": {
             "state": row.state,
             "answer": row.answer,
@@ -225,3 +239,282 @@ def request_view_light(row: ApprovalRequest) -> dict[str, Any]:
         "state": row.state,
         "calls": [call_view(c) for c in row.calls.all()],
     }
+
+
+# -- the triage inbox (issue 14) -------------------------------------------------------------
+
+INBOX_SORTS = ("newest", "oldest", "deadline")
+INBOX_CLAIMS = ("", "mine", "unclaimed")
+INBOX_HIDDEN = ("", "only")
+MAX_SEARCH_CHARS = 200
+MAX_BULK_IDS = 500
+_TRUE = ("1", "true", "on", "yes")
+
+
+def _param(params: Any, name: str) -> str:
+    """One GET parameter as clean text: a QueryDict's last value, a dict's value, never a
+    list; NUL removed (it never names anything, and PostgreSQL refuses it in a query)."""
+    value = params.get(name, "") if params is not None else ""
+    if isinstance(value, (list, tuple)):
+        value = value[-1] if value else ""
+    return str(value if value is not None else "").replace("\x00", "").strip()
+
+
+@dataclass(frozen=True)
+class InboxQuery:
+    """What the inbox shows: filters, search and sort, as read from a page's GET parameters
+    (`from_params`, tolerant) and written back into its links (`as_params`)."""
+
+    state: str = "pending"  # an ApprovalRequest.State value, or "all"
+    agent: str = ""
+    kind: str = ""
+    q: str = ""  # case-insensitive substring of prompt, agent, tool names, arguments
+    claim: str = ""  # "" | "mine" | "unclaimed" (active claims only)
+    overdue: bool = False  # pending and expires_at < now
+    hidden: str = ""  # "" = leave out what I snoozed/ignored | "only" = only those
+    sort: str = "newest"  # "newest" | "oldest" | "deadline"
+
+    @classmethod
+    def from_params(cls, params: Any) -> InboxQuery:
+        """Never raises: an unknown value is the default."""
+        state = _param(params, "state") or "pending"
+        if state != "all" and state not in State.values:
+            state = "pending"
+        claim = _param(params, "claim")
+        hidden = _param(params, "hidden")
+        sort = _param(params, "sort")
+        return cls(
+            state=state,
+            agent=_param(params, "agent")[:100],
+            kind=_param(params, "kind")[:50],
+            q=" ".join(_param(params, "q").split())[:MAX_SEARCH_CHARS],
+            claim=claim if claim in INBOX_CLAIMS else "",
+            overdue=_param(params, "overdue").lower() in _TRUE,
+            hidden=hidden if hidden in INBOX_HIDDEN else "",
+            sort=sort if sort in INBOX_SORTS else "newest",
+        )
+
+    def as_params(self) -> dict[str, str]:
+        """Only the values that differ from the defaults (for URLs), in a stable order."""
+        out: dict[str, str] = {}
+        default = InboxQuery()
+        for name in ("state", "agent", "kind", "q", "claim", "hidden", "sort"):
+            value = getattr(self, name)
+            if value != getattr(default, name):
+                out[name] = value
+        if self.overdue:
+            out["overdue"] = "1"
+        return out
+
+
+def _claim_cutoff(now: Any) -> Any:
+    """Claims taken at or before this moment have lapsed (None: claims never lapse)."""
+    minutes = int(app_settings.CLAIM_MINUTES or 0)
+    return now - timedelta(minutes=minutes) if minutes > 0 else None
+
+
+def _active_claim_q(now: Any) -> Q:
+    active = Q(state=State.PENDING, claimed_by__isnull=False, claimed_at__isnull=False)
+    cutoff = _claim_cutoff(now)
+    return active & Q(claimed_at__gt=cutoff) if cutoff is not None else active
+
+
+def _no_active_claim_q(now: Any) -> Q:
+    """The negation of `_active_claim_q`, spelled out (NULLs included)."""
+    free = Q(claimed_by__isnull=True) | Q(claimed_at__isnull=True) | ~Q(state=State.PENDING)
+    cutoff = _claim_cutoff(now)
+    return free | Q(claimed_at__lte=cutoff) if cutoff is not None else free
+
+
+def _viewer_hides(user_id: Any, now: Any) -> QuerySet[RequestHide]:
+    """The viewer's own hide of the row: snoozed until later than now, or ignored."""
+    return RequestHide.objects.filter(request_id=OuterRef("pk"), user_id=user_id).filter(
+        Q(until__isnull=True) | Q(until__gt=now)
+    )
+
+
+def _with_viewer_hidden(qs: QuerySet[ApprovalRequest], user_id: Any, now: Any) -> QuerySet:
+    """For rows (ordered, limited): `viewer_hidden` as EXISTS (an anti-join when filtered
+    on) and `hidden_until`, a subquery evaluated only for the rows returned."""
+    hides = _viewer_hides(user_id, now)
+    return qs.annotate(
+        viewer_hidden=Exists(hides), hidden_until=Subquery(hides.values("until")[:1])
+    )
+
+
+def _with_viewer_hide_join(qs: QuerySet[ApprovalRequest], user_id: Any, now: Any) -> QuerySet:
+    """For counts: ONE left join on the viewer's own RequestHide row (unique per request
+    and user, so at most one): an EXISTS would be evaluated again in each count's filter."""
+    hide = FilteredRelation(
+        "hides",
+        condition=Q(hides__user_id=user_id)
+        & (Q(hides__until__isnull=True) | Q(hides__until__gt=now)),
+    )
+    return qs.annotate(viewer_hide=hide)
+
+
+def _search_q(text: str) -> Q:
+    """Case-insensitive substring over the stored lowercased search text (see
+    ApprovalRequest.search_text: prompt, agent, tool names, arguments). On PostgreSQL a
+    pg_trgm GIN index serves LIKE '%...%' (migration 0004)."""
+    return Q(search_text__contains=text.lower())
+
+
+def _inbox_base(
+    query: InboxQuery, *, hidden_agents: Collection[str], rows: bool = False
+) -> QuerySet[ApprovalRequest]:
+    """The query's state, agent, kind and search filters, and per-agent access; with `rows`,
+    `request_list`'s joins and prefetch (the claim holder's too) for showing the rows."""
+    if rows:
+        qs = request_list(
+            state=None if query.state == "all" else query.state,
+            agent=query.agent or None,
+            kind=query.kind or None,
+            hidden_agents=hidden_agents,
+        )
+    else:
+        qs = ApprovalRequest.objects.all()
+        if hidden_agents:
+            qs = qs.exclude(agent__in=sorted(hidden_agents))
+        if query.state and query.state != "all":
+            qs = qs.filter(state=query.state)
+        if query.agent:
+            qs = qs.filter(agent=query.agent)
+        if query.kind:
+            qs = qs.filter(kind=query.kind)
+    if query.q:
+        qs = qs.filter(_search_q(query.q))
+    return qs
+
+
+def _chip_conditions(
+    query: InboxQuery, *, user_id: Any, now: Any, joined: bool = False
+) -> dict[str, Q]:
+    """Each chip's filter as a condition on rows annotated by `_with_viewer_hidden` (or,
+    `joined`, by `_with_viewer_hide_join`)."""
+    active = _active_claim_q(now)
+    if joined:
+        hidden, shown = Q(viewer_hide__id__isnull=False), Q(viewer_hide__id__isnull=True)
+    else:
+        hidden, shown = Q(viewer_hidden=True), Q(viewer_hidden=False)
+    return {
+        "mine": active & Q(claimed_by_id=user_id),
+        "unclaimed": _no_active_claim_q(now),
+        "overdue": Q(state=State.PENDING, expires_at__lt=now),
+        "hidden": hidden,
+        "shown": shown,
+    }
+
+
+def _query_conditions(query: InboxQuery, chips: dict[str, Q]) -> dict[str, Q | None]:
+    """The query's own claim, overdue and hidden filters (None: no filter)."""
+    return {
+        "claim": chips[query.claim] if query.claim else None,
+        "overdue": chips["overdue"] if query.overdue else None,
+        "hidden": chips["hidden"] if query.hidden == "only" else chips["shown"],
+    }
+
+
+def _all_of(conditions: Collection[Q | None]) -> Q:
+    out = Q()
+    for condition in conditions:
+        if condition is not None:
+            out &= condition
+    return out
+
+
+def _inbox_order(sort: str) -> list[Any]:
+    if sort == "oldest":
+        return ["created_at", "id"]
+    if sort == "deadline":
+        return [F("expires_at").asc(nulls_last=True), "-created_at", "-id"]
+    return ["-created_at", "-id"]
+
+
+def inbox_requests(
+    query: InboxQuery,
+    *,
+    user_id: Any,
+    hidden_agents: Collection[str] = (),
+    now: Any = None,
+) -> QuerySet[ApprovalRequest]:
+    """The inbox's rows for one viewer: the query's filters, search and sort; the run, the
+    decider and the claim holder joined, calls prefetched by position (a page is 2 queries,
+    whatever the row count). Rows carry `viewer_hidden` (bool) and `hidden_until` (the
+    viewer's snooze end; None when not hidden or ignored without an end)."""
+    now = now or timezone.now()
+    chips = _chip_conditions(query, user_id=user_id, now=now)
+    own = _query_conditions(query, chips)
+    qs = _with_viewer_hidden(
+        _inbox_base(query, hidden_agents=hidden_agents, rows=True), user_id, now
+    ).filter(_all_of(own.values()))
+    return qs.order_by(*_inbox_order(query.sort))
+
+
+def inbox_counts(
+    query: InboxQuery,
+    *,
+    user_id: Any,
+    hidden_agents: Collection[str] = (),
+    now: Any = None,
+) -> dict[str, int]:
+    """ONE query: {"matching", "mine", "unclaimed", "overdue", "hidden"}. "matching" counts
+    the query's rows; each chip counts them with the query's other filters and that chip's
+    filter instead of the query's own for the same thing (so "hidden" counts what the
+    viewer snoozed or ignored among otherwise matching rows)."""
+    now = now or timezone.now()
+    chips = _chip_conditions(query, user_id=user_id, now=now, joined=True)
+    own = _query_conditions(query, chips)
+
+    def count(**replace: Q) -> Count:
+        return Count("pk", filter=_all_of({**own, **replace}.values()))
+
+    qs = _with_viewer_hide_join(_inbox_base(query, hidden_agents=hidden_agents), user_id, now)
+    counts = qs.aggregate(
+        matching=count(),
+        mine=count(claim=chips["mine"]),
+        unclaimed=count(claim=chips["unclaimed"]),
+        overdue=count(overdue=chips["overdue"]),
+        hidden=count(hidden=chips["hidden"]),
+    )
+    return {name: int(value or 0) for name, value in counts.items()}
+
+
+def active_claim(row: ApprovalRequest, *, now: Any = None) -> Any:
+    """Who holds an active claim on this request (a user), or None: decided requests and
+    lapsed claims have none. No query when `claimed_by` was joined (inbox_requests)."""
+    if row.state != State.PENDING or row.claimed_by_id is None or row.claimed_at is None:
+        return None
+    cutoff = _claim_cutoff(now or timezone.now())
+    if cutoff is not None and row.claimed_at <= cutoff:
+        return None
+    return row.claimed_by
+
+
+def request_ids_matching(
+    query: InboxQuery,
+    *,
+    user_id: Any,
+    hidden_agents: Collection[str] = (),
+    limit: int = MAX_BULK_IDS,
+    now: Any = None,
+) -> list[str]:
+    """The request ids of every row the query matches ("select all matching"), in the
+    query's order, at most `limit` (one query)."""
+    now = now or timezone.now()
+    chips = _chip_conditions(query, user_id=user_id, now=now)
+    own = _query_conditions(query, chips)
+    qs = (
+        _with_viewer_hidden(_inbox_base(query, hidden_agents=hidden_agents), user_id, now)
+        .filter(_all_of(own.values()))
+        .order_by(*_inbox_order(query.sort))
+    )
+    return list(qs.values_list("request_id", flat=True)[: max(0, int(limit))])
+
+
+def claim_view(row: ApprovalRequest, *, now: Any = None) -> dict[str, Any] | None:
+    """The API's `claim`: the active claim's holder and when it was taken, or None."""
+    holder = active_claim(row, now=now)
+    if holder is None:
+        return None
+    return {"by": _username(holder), "at": row.claimed_at}

@@ -3,12 +3,26 @@
     python bench/inbox_scale.py                       # SQLite (a temp file)
     python bench/inbox_scale.py --postgres            # PostgreSQL on 127.0.0.1 (database toolnexus_bench)
     python bench/inbox_scale.py --sizes 1000,10000,100000 --repeat 50
+    python bench/inbox_scale.py --postgres --only selectors --compare-plain
 
 For each size it fills a fresh database with that many pending requests (each with its run
-and one relay call, spread over three agents), then renders the reviewer's first inbox page
-(GET / through Django's full stack: middleware, view, selectors, template) and the JSON
-API's first page (GET /api/requests), `--repeat` times after warm-up, and prints p50/p95 and
-the number of SQL queries per render. The query count must not grow with the row count.
+and one relay call, spread over three agents; every 100th names the customer "Zanzibar
+Ltd", a third carry a deadline, every 10th is claimed by another reviewer, every 50th is
+snoozed by the bench reviewer), then, `--repeat` times after warm-up, prints p50/p95 and the
+number of SQL queries per render of:
+
+- pages: the reviewer's first inbox page (GET / through Django's full stack: middleware,
+  view, selectors, template), plain and with search, sort and a claim filter in use, and the
+  JSON API's first page (GET /api/requests), plain and with `q` and `sort`;
+- selectors: the triage inbox's reads alone (`inbox_requests` first page of 20 with its
+  calls, plus `inbox_counts`), for each query in QUERIES: figures that do not depend on how
+  the page renders.
+
+The query count must not grow with the row count. On PostgreSQL the bench runs VACUUM
+ANALYZE after filling (statistics and the visibility map autovacuum keeps on a table at
+rest, which index-only scans need). `--compare-plain` also times the search
+done without the stored `search_text` column (ILIKE over the prompts, the agent and each
+call's tool name and arguments, joined per row): the alternative the column replaces.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import sys
 import tempfile
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,12 +66,46 @@ def setup_database(postgres: bool) -> str:
     return f"SQLite ({path})"
 
 
-def fill(target: int) -> None:
+def _input(n: int) -> dict:
+    out = {"order": f"A-{n}", "amount": 25}
+    if n % 100 == 3:
+        out["customer"] = "Zanzibar Ltd"
+    return out
+
+
+def _request(run, n: int, now, claimer):
+    """One pending relay request as the runner would store it (search text included: a
+    bulk insert skips save())."""
+    from approvals.models import ApprovalRequest
+
+    row = ApprovalRequest(
+        run=run,
+        agent=run.agent,
+        request_id=f"bench-{n}",
+        kind="tool_call",
+        prompt="relay tool call refund to the caller for execution",
+        data={"calls": [{"id": f"c{n}", "name": "refund", "input": _input(n), "arguments": ""}]},
+        expires_at=now + timedelta(minutes=5 + n % 600) if n % 3 == 0 else None,
+        claimed_by=claimer if n % 10 == 1 else None,
+        claimed_at=now if n % 10 == 1 else None,
+    )
+    row.search_text = row.build_search_text()
+    return row
+
+
+def fill(target: int, viewer) -> None:
     """Grow the pending backlog to `target` requests (bulk inserts, 5k rows a batch)."""
     from django.db import transaction
+    from django.utils import timezone
 
-    from approvals.models import ApprovalRequest, RequestCall, Run
+    from approvals.models import ApprovalRequest, RequestCall, RequestHide, Run
+    from tests.approvals.factories import make_user
 
+    User = type(viewer)
+    claimer = User.objects.filter(username="bench-claimer").first() or make_user(
+        role="reviewer", username="bench-claimer"
+    )
+    now = timezone.now()
     have = ApprovalRequest.objects.count()
     batch = 5000
     while have < target:
@@ -73,26 +122,7 @@ def fill(target: int) -> None:
                 ]
             )
             requests = ApprovalRequest.objects.bulk_create(
-                [
-                    ApprovalRequest(
-                        run=run,
-                        agent=run.agent,
-                        request_id=f"bench-{have + i}",
-                        kind="tool_call",
-                        prompt="relay tool call refund to the caller for execution",
-                        data={
-                            "calls": [
-                                {
-                                    "id": f"c{have + i}",
-                                    "name": "refund",
-                                    "input": {"order": f"A-{have + i}", "amount": 25},
-                                    "arguments": "{}",
-                                }
-                            ]
-                        },
-                    )
-                    for i, run in enumerate(runs)
-                ]
+                [_request(run, have + i, now, claimer) for i, run in enumerate(runs)]
             )
             RequestCall.objects.bulk_create(
                 [
@@ -101,12 +131,99 @@ def fill(target: int) -> None:
                         position=0,
                         call_id=f"c{have + i}",
                         tool_name="refund",
-                        input={"order": f"A-{have + i}", "amount": 25},
+                        input=_input(have + i),
                     )
                     for i, req in enumerate(requests)
                 ]
             )
+            RequestHide.objects.bulk_create(
+                [
+                    RequestHide(request=req, user=viewer, until=now + timedelta(hours=1))
+                    for i, req in enumerate(requests)
+                    if (have + i) % 50 == 7
+                ]
+            )
         have += n
+
+
+# The inbox with search, sort and filters in use (InboxQuery parameters).
+QUERIES: list[tuple[str, dict[str, str]]] = [
+    ("default", {}),
+    ("q=zanzibar (1%)", {"q": "zanzibar"}),
+    ("q=a-1234 (few)", {"q": "a-1234"}),
+    ("q=refund (all)", {"q": "refund"}),
+    ("sort=oldest", {"sort": "oldest"}),
+    ("sort=deadline", {"sort": "deadline"}),
+    ("claim=unclaimed", {"claim": "unclaimed"}),
+    ("claim=mine", {"claim": "mine"}),
+    ("q+deadline+unclaimed", {"q": "zanzibar", "sort": "deadline", "claim": "unclaimed"}),
+]
+PAGE_QUERIES = [
+    ("inbox (HTML)", "/"),
+    ("inbox q+sort+claim", "/?q=zanzibar&sort=deadline&claim=unclaimed"),
+    ("API first page", "/api/requests?limit=20"),
+    ("API q=zanzibar", "/api/requests?limit=20&q=zanzibar"),
+    ("API sort=deadline", "/api/requests?limit=20&sort=deadline"),
+]
+
+
+def time_calls(work, repeat: int) -> tuple[list[float], int]:
+    """Run `work` 3 times to warm up, then `repeat` times timed; then count its queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(3):
+        work()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        times.append((time.perf_counter() - start) * 1000)
+    with CaptureQueriesContext(connection) as queries:
+        work()
+    return times, len(queries)
+
+
+def selector_work(params: dict[str, str], user):
+    """The triage inbox's reads for one page: 20 rows with their calls, and the counts."""
+    from approvals import selectors
+
+    query = selectors.InboxQuery.from_params(params)
+
+    def work() -> None:
+        rows = list(selectors.inbox_requests(query, user_id=user.pk)[:20])
+        for row in rows:
+            selectors.active_claim(row)
+            list(row.calls.all())
+        selectors.inbox_counts(query, user_id=user.pk)
+
+    return work
+
+
+def plain_search_work(word: str):
+    """The search without the stored column: ILIKE over each row's prompts, agent and its
+    calls' tool names and arguments (a join per row), first page and count."""
+    from django.db.models import Exists, OuterRef, Q, TextField
+    from django.db.models.functions import Cast
+
+    from approvals.models import ApprovalRequest, RequestCall
+
+    calls = RequestCall.objects.annotate(input_text=Cast("input", TextField())).filter(
+        Q(tool_name__icontains=word) | Q(arguments__icontains=word) | Q(input_text__icontains=word),
+        request_id=OuterRef("pk"),
+    )
+    qs = ApprovalRequest.objects.filter(state="pending").filter(
+        Q(prompt__icontains=word)
+        | Q(agent__icontains=word)
+        | Q(run__prompt__icontains=word)
+        | Exists(calls)
+    )
+
+    def work() -> None:
+        list(qs.order_by("-created_at", "-id")[:20])
+        qs.count()
+
+    return work
 
 
 def measure(client, path: str, repeat: int) -> tuple[list[float], int]:
@@ -135,6 +252,17 @@ def main() -> int:
     )
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument(
+        "--only",
+        choices=("all", "pages", "selectors"),
+        default="all",
+        help="pages: GET / and the API; selectors: the triage reads alone",
+    )
+    parser.add_argument(
+        "--compare-plain",
+        action="store_true",
+        help="also time the search without the search_text column",
+    )
     args = parser.parse_args()
 
     where = setup_database(args.postgres)
@@ -163,21 +291,35 @@ def main() -> int:
     client.force_login(user)
 
     print(f"inbox scale on {where}; {args.repeat} renders per size after 3 warm-ups")
-    print(f"{'pending':>8}  {'page':<16} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
+    print(f"{'pending':>8}  {'what':<32} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
+
+    def report(size: int, label: str, times: list[float], queries: int) -> None:
+        p50, p95 = statistics.median(times), percentile(times, 0.95)
+        print(f"{size:>8}  {label:<32} {p50:>8.2f} {p95:>8.2f} {queries:>8}", flush=True)
+
     for size in [int(s) for s in args.sizes.split(",")]:
         started = time.perf_counter()
-        fill(size)
+        fill(size, user)
         if args.postgres:
             from django.db import connection
 
             with connection.cursor() as cursor:
-                cursor.execute("ANALYZE")
+                # what autovacuum does to a table at rest: statistics, and the visibility
+                # map that lets the counts' covering index answer without the table
+                cursor.execute("VACUUM ANALYZE")
         filled = time.perf_counter() - started
-        for label, path in (("inbox (HTML)", "/"), ("API first page", "/api/requests?limit=20")):
-            times, queries = measure(client, path, args.repeat)
-            print(
-                f"{size:>8}  {label:<16} {statistics.median(times):>8.2f} {percentile(times, 0.95):>8.2f} {queries:>8}"
-            )
+        if args.only in ("all", "pages"):
+            for label, path in PAGE_QUERIES:
+                times, queries = measure(client, path, args.repeat)
+                report(size, label, times, queries)
+        if args.only in ("all", "selectors"):
+            for label, params in QUERIES:
+                times, queries = time_calls(selector_work(params, user), args.repeat)
+                report(size, f"selectors {label}", times, queries)
+        if args.compare_plain:
+            for word in ("zanzibar", "a-1234", "refund"):
+                times, queries = time_calls(plain_search_work(word), args.repeat)
+                report(size, f"plain ILIKE q={word}", times, queries)
         print(f"{'':>8}  (filled in {filled:.1f} s)")
     return 0
 

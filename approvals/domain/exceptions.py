@@ -46,3 +46,18 @@ class LeaseLost(ServiceError):
     """A worker's hold on a run lapsed and another worker took the run over."""
 
     status = 409
+
+
+class ClaimedByOther(InvalidTransition):
+    """Another reviewer holds an active claim on this request (409); says who and since when.
+    Taking it over (`takeover=True`) is the caller's explicit choice."""
+
+    def __init__(self, *, request_id: str, claimed_by: str, claimed_at: datetime | None):
+        self.request_id = request_id
+        self.claimed_by = claimed_by
+        self.claimed_at = claimed_at
+        since = claimed_at.isoformat(timespec="seconds") if claimed_at else "earlier"
+        super().__init__(
+            f"request {request_id} is claimed by {claimed_by} since {since}; take it over to"
+            " work on it yourself"
+        )

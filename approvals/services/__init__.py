@@ -3,7 +3,9 @@ Pages, the API, the admin and commands call these; each checks permission, valid
 changes state in one transaction."""
 
 from ..domain.arguments import MAX_OUTPUT_CHARS, MAX_REASON_CHARS, input_problems
-from ..domain.exceptions import InvalidInput, NotAllowed, ServiceError
+from ..domain.exceptions import ClaimedByOther, InvalidInput, NotAllowed, ServiceError
+from .bulk import MAX_BULK_IDS, BulkOutcome, requests_bulk
+from .claims import request_claim, request_hide, request_release, request_unhide
 from .requests import (
     request_answer,
     request_approve,
@@ -22,9 +24,12 @@ from .tokens import (
 )
 
 __all__ = [
+    "MAX_BULK_IDS",
     "MAX_OUTPUT_CHARS",
     "MAX_PROMPT_CHARS",
     "MAX_REASON_CHARS",
+    "BulkOutcome",
+    "ClaimedByOther",
     "InvalidInput",
     "NotAllowed",
     "ServiceError",
@@ -38,8 +43,13 @@ __all__ = [
     "input_problems",
     "request_answer",
     "request_approve",
+    "request_claim",
     "request_decline",
     "request_expire",
+    "request_hide",
+    "request_release",
+    "request_unhide",
+    "requests_bulk",
     "run_cancel",
     "run_retry",
     "run_start",

@@ -1,0 +1,155 @@
+"""Bulk decisions from the triage inbox: approve or decline many requests at once.
+
+Each request is decided by the single-request service (`request_approve` /
+`request_decline`) in its own transaction, so one refusal never undoes the others and every
+decision is recorded, audited, announced and resumed exactly like one made on its card.
+The outcome of each id, in the order given:
+
+- "done": decided now.
+- "already": someone decided it first (the message names who and when).
+- "invalid": bulk approve does not fit it (see below), or the service refused the input.
+- "forbidden": the user may not decide it (the agent's groups, the starter rule).
+- "missing": no such request, or one of an agent hidden from the user.
+
+Bulk approve accepts only what approving "as shown" fully decides:
+
+- an approval-gated tool call (kind "approval"): runs with the arguments the model gave,
+  unless its prompt says it cannot be undone (IRREVERSIBLE): such a call is approved on its
+  card, where the reviewer confirms it, so bulk approve leaves it "invalid";
+- a relay turn (kind "tool_call") whose every call has an executor on the host: all its
+  calls are approved and run. A turn with any call lacking an executor needs a typed
+  result, so it is "invalid" (decide it on its card, or decline it).
+
+Questions, input requests, MCP questions (elicitation), sign-ins and a host's own kinds
+need a typed answer or a consent the reviewer gives on the card: "invalid" for bulk
+approve. Bulk decline accepts every kind, with one reason for all.
+
+Claims are advisory here as on the card: a request another reviewer claimed is decided too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import agents
+from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
+from ..models import ApprovalRequest
+from ..permissions import DECIDE_PERMISSION, require
+from .requests import request_approve, request_decline
+
+MAX_BULK_IDS = 500
+# An approval whose prompt says it cannot be undone is confirmed one by one, never in bulk
+# (the same words the card's confirmation step looks for, presenters.cards.IRREVERSIBLE).
+IRREVERSIBLE = re.compile(
+    r"\b(cannot|can't|can not|won't be able to) be (undone|reversed|recovered)\b|\birreversibl",
+    re.IGNORECASE,
+)
+ACTIONS = ("approve", "decline")
+BULK_APPROVE_KINDS = ("approval", "tool_call")
+
+DONE = "done"
+ALREADY = "already"
+INVALID = "invalid"
+FORBIDDEN = "forbidden"
+MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    request_id: str
+    status: str  # done | already | invalid | forbidden | missing
+    message: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.request_id, "status": self.status, "message": self.message}
+
+
+def _clean_ids(request_ids: Iterable[Any]) -> list[str]:
+    if isinstance(request_ids, (str, bytes)) or request_ids is None:
+        raise InvalidInput("ids: must be a list of request ids")
+    ids: list[str] = []
+    seen: set[str] = set()
+    for i, value in enumerate(request_ids):
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise InvalidInput(f"ids[{i}]: must be a request id (a non-empty string)")
+        if value not in seen:
+            seen.add(value)
+            ids.append(value)
+    if not ids:
+        raise InvalidInput("ids: give at least one request id")
+    if len(ids) > MAX_BULK_IDS:
+        raise InvalidInput(f"ids: at most {MAX_BULK_IDS} requests at once (got {len(ids)})")
+    return ids
+
+
+def _approve_problem(row: ApprovalRequest) -> str:
+    """Why bulk approve cannot decide this pending request ("" if it can)."""
+    label = ApprovalRequest.Kind(row.kind).label if row.kind in ApprovalRequest.Kind else row.kind
+    if row.kind not in BULK_APPROVE_KINDS:
+        return f"a {label} needs an answer typed on its card; bulk approve does not answer it"
+    if row.kind == "approval" and IRREVERSIBLE.search(row.prompt or ""):
+        return "it cannot be undone: approve it on its card, where you confirm it"
+    if row.kind == "tool_call":
+        agent = agents.get(row.agent)
+        names = [c.tool_name for c in row.calls.all()]
+        if not names:
+            return "this relay request carries no calls"
+        missing = [n for n in names if agent is None or agent.executor_for(n) is None]
+        if missing:
+            return (
+                f"{', '.join(sorted(set(missing)))} has no executor here: type its result"
+                " on the card, or decline"
+            )
+    return ""
+
+
+def requests_bulk(
+    *, request_ids: Iterable[Any], user: Any, action: str, reason: str = ""
+) -> list[BulkOutcome]:
+    """Approve or decline each request (at most 500), each in its own transaction through
+    the single-request services; one BulkOutcome per distinct id, in the order given."""
+    if action not in ACTIONS:
+        raise InvalidInput("action: must be approve or decline")
+    ids = _clean_ids(request_ids)
+    require(user, DECIDE_PERMISSION, "decide requests")
+    rows = {
+        r.request_id: r
+        for r in ApprovalRequest.objects.filter(request_id__in=ids)
+        .only("pk", "request_id", "kind", "agent", "state", "run_id", "prompt")
+        .prefetch_related("calls")
+    }
+    outcomes = []
+    for request_id in ids:
+        row = rows.get(request_id)
+        if row is None:
+            outcomes.append(BulkOutcome(request_id, MISSING, "no such request"))
+            continue
+        if action == "approve" and row.state == ApprovalRequest.State.PENDING:
+            problem = _approve_problem(row)
+            if problem:
+                outcomes.append(BulkOutcome(request_id, INVALID, problem))
+                continue
+        outcomes.append(_decide_one(request_id, user, action, reason))
+    return outcomes
+
+
+def _decide_one(request_id: str, user: Any, action: str, reason: str) -> BulkOutcome:
+    try:
+        if action == "approve":
+            request_approve(request_id=request_id, user=user)
+        else:
+            request_decline(request_id=request_id, user=user, reason=reason)
+    except ApprovalRequest.DoesNotExist:  # gone, or an agent hidden from the user
+        return BulkOutcome(request_id, MISSING, "no such request")
+    except AlreadyDecided as exc:
+        return BulkOutcome(request_id, ALREADY, str(exc))
+    except NotAllowed as exc:
+        return BulkOutcome(request_id, FORBIDDEN, str(exc))
+    except InvalidInput as exc:
+        return BulkOutcome(request_id, INVALID, str(exc))
+    except ServiceError as exc:
+        return BulkOutcome(request_id, INVALID, str(exc))
+    return BulkOutcome(request_id, DONE, "approved" if action == "approve" else "declined")
