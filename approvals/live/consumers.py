@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
+import re
 import time
 from importlib import import_module
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -31,9 +33,9 @@ from django.conf import settings
 from django.core.cache import cache
 
 from ..conf import app_settings
-from ..models import Run
+from ..models import ApprovalRequest, Run
 from ..permissions import agent_rights
-from ..presenters.pages import inbox_filters
+from ..selectors import InboxQuery
 from . import rendering
 from .groups import INBOX_GROUP, run_group, user_group
 
@@ -217,7 +219,21 @@ class _Base(AsyncWebsocketConsumer):
         raise NotImplementedError
 
 
+PRESENCE_SECONDS = 60  # a page says what it shows every 25 s (app.js); gone after this
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def presence_key(request_id: str) -> str:
+    return f"toolnexus:live:presence:{request_id}"
+
+
 class InboxConsumer(_Base):
+    """The inbox: its rows follow every change (a new request on top of page one when it
+    matches the page's filters, a changed one replaced or dropped), the selected request's
+    card follows (app.js never replaces a card in use), the counts follow, and the page
+    says which request it shows (`{"viewing": "<request id>"}` frames, or `r=` at connect)
+    so others who show the same request read "(reviewer2 is viewing)"."""
+
     permission = "approvals.view_approvalrequest"
 
     def live_groups(self) -> list[str]:
@@ -226,59 +242,117 @@ class InboxConsumer(_Base):
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
         params = {k: v[0] for k, v in query.items() if v}
-        self.filters = inbox_filters(params)
+        self.query = InboxQuery.from_params(params)
+        self.params = self.query.as_params()
+        self.filter_query = urlencode(self.params)
         self.page = params.get("page") or 1
+        self.viewing = ""  # request id shown in the detail pane
+        self.viewing_pk = None
+        wanted = params.get("r", "")
+        self.wanted = wanted if REQUEST_ID.match(wanted) else ""
         await super().connect()
+        if getattr(self, "user_id", None) is not None and not self.ended and self.wanted:
+            await self._view(self.wanted)
 
     def snapshot(self, user) -> str:
-        return rendering.request_list(user, self.filters, self.page)
+        """The list, and the selected request's card (the page keeps a card in use)."""
+        self.username = user.get_username()
+        html = rendering.request_list(user, self.params, self.page)
+        row = rendering.visible_row(self.wanted, self.rights) if self.wanted else None
+        if row is not None:
+            decide = self.rights.can_decide(row.agent, started_by_id=row.run.started_by_id)
+            html += rendering.card_html(row, can_decide=decide and row.state == "pending", oob=True)
+        return html
+
+    # -- which rows this page shows ----------------------------------------------------------
 
     def _matches(self, event: dict) -> bool:
-        return (not self.filters["agent"] or self.filters["agent"] == event["agent"]) and (
-            not self.filters["kind"] or self.filters["kind"] == event["kind"]
+        """The page's agent and kind filters (events of other agents or kinds: nothing)."""
+        q = self.query
+        return (not q.agent or q.agent == event["agent"]) and (
+            not q.kind or q.kind == event["kind"]
         )
 
-    def _counts_pending(self) -> bool:
-        """An unfiltered list of pending requests: its header counts them all."""
-        return self.filters == {"agent": "", "kind": "", "state": "pending"}
+    def _lists(self, event: dict) -> bool:
+        """Whether the list shows the request as it is now, from the event's facts; the
+        search and the snoozed/ignored list are asked of the database (`_lists_now`)."""
+        q = self.query
+        if q.state != "all" and q.state != event["state"]:
+            return False
+        holder = event.get("claimed_by_id")
+        if q.claim == "mine" and holder != self.user_id:
+            return False
+        if q.claim == "unclaimed" and holder is not None:
+            return False
+        return not (q.overdue and not event.get("overdue"))
+
+    def _plain(self) -> bool:
+        """A list of every pending request (any sort): its count is the pending count."""
+        return self.query.as_params().keys() <= {"sort"}
+
+    async def _lists_now(self, event: dict) -> bool:
+        if not self._lists(event):
+            return False
+        if self.query.q or self.query.hidden:
+            hidden = frozenset() if self.rights.superuser else self.rights.hidden
+            return await database_sync_to_async(rendering.matches_query, thread_sensitive=False)(
+                event["request_pk"], self.user_id, self.params, hidden
+            )
+        return True
 
     async def approvals_request(self, event: dict) -> None:
-        """A request was created or changed. A page that shows it gets its card (a new one on
-        top of page one, a changed one in place); a page that no longer shows it drops it at
-        once, before anything is rendered. The pending count follows in a frame of its own,
-        so counting a large inbox never delays the rest."""
+        """A request was created or changed. A page that lists it gets its row (a new one on
+        top of page one, a changed one in place); a page that no longer lists it drops it,
+        before anything is rendered; the page showing it in the detail pane gets its card.
+        The counts follow in a frame of their own, so counting never delays the rest."""
         if not self._matches(event) or not await self.still_allowed():
             return
         if not self.rights.can_view(event["agent"]):
             return  # an agent hidden from this viewer: not even a toast
-        dom_id = f"request-{event['request_pk']}"
-        shows_card = self.filters["state"] in ("all", event["state"])
         created = event["created"]
-        card, drop = "", ""
-        if shows_card and not (created and str(self.page) != "1"):
+        listed = await self._lists_now(event)
+        row, drop, card = "", "", ""
+        if listed and not (created and str(self.page) != "1"):
+            row = await rendering.row_for_change(
+                event["request_pk"],
+                change=event["change"],
+                filter_query=self.filter_query,
+                oob=not created,
+            )
+        elif not listed and not created:
+            drop = f"row-{event['request_pk']}"
+        if not created and event["request_pk"] == self.viewing_pk:
             card = await rendering.card_for_change(
                 event["request_pk"],
                 change=event["change"],
                 can_decide=self.rights.can_decide(
                     event["agent"], started_by_id=event.get("started_by_id")
                 ),
-                oob=not created,
+                oob=True,
             )
-        elif not shows_card and not created:
-            drop = dom_id
         await self.push(
-            rendering.inbox_update(card=card, prepend=created, drop=drop, toast=self._toast(event))
-        )
-        if self._counts_pending():
-            count = await rendering.count_for_change(
-                change=event["change"],
-                hidden=frozenset() if self.rights.superuser else self.rights.hidden,
+            rendering.inbox_update(
+                row=row, card=card, prepend=created, drop=drop, toast=self._toast(event)
             )
-            await self.push(rendering.pending_count_html(count))
+        )
+        await self._push_count(event)
+
+    async def _push_count(self, event: dict) -> None:
+        hidden = frozenset() if self.rights.superuser else self.rights.hidden
+        pending = await rendering.count_for_change(change=event["change"], hidden=hidden)
+        if self._plain():
+            count = pending
+        else:
+            user = self.scope["user"]
+            count, pending = await database_sync_to_async(
+                rendering.list_count, thread_sensitive=False
+            )(user, self.params)
+        await self.push(rendering.pending_count_html(count, pending, self.query.state))
 
     def _toast(self, event: dict) -> dict:
         if event["state"] == "pending":
-            return {"text": event["toast"]}
+            # a new request; a claim or a release says nothing (the row and claim bar do)
+            return {"text": event["toast"]} if event["toast"] else {}
         # A decision: its decider's own pages confirm it as theirs ("You declined: ..."),
         # everybody else's say who decided. `about` lets a page tell which card the news is
         # about (the deciding tab keeps its own answer's toast, not this one).
@@ -289,6 +363,102 @@ class InboxConsumer(_Base):
             "level": "success" if own else "",
             "about": f"request-{event['request_pk']}",
         }
+
+    # -- presence ------------------------------------------------------------------------------
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """A page says which request its detail pane shows: `{"viewing": "<id>"}` (or "")."""
+        if (text_data and len(text_data) > MAX_FRAME) or bytes_data:
+            await self.close(code=4400)
+            return
+        try:
+            frame = json.loads(text_data or "")
+        except ValueError:
+            return
+        if not isinstance(frame, dict) or not isinstance(frame.get("viewing"), str):
+            return
+        await self._view(frame["viewing"], resync=frame.get("resync") is True)
+
+    def _decided_card(self, request_id: str) -> str:
+        row = rendering.visible_row(request_id, self.rights)
+        if row is None or row.state == ApprovalRequest.State.PENDING:
+            return ""
+        return rendering.card_html(row, can_decide=False, oob=True)
+
+    def _visible_pk(self, request_id: str) -> int | None:
+        found = (
+            ApprovalRequest.objects.filter(request_id=request_id).values_list("pk", "agent").first()
+        )
+        if found is None or not self.rights.can_view(found[1]):
+            return None
+        return found[0]
+
+    async def _view(self, request_id: str, *, resync: bool = False) -> None:
+        """The page shows `request_id` now ("": none). With `resync` (the page got a snapshot
+        after a reconnect) a request decided meanwhile gets its card, which the page shows
+        unless the reviewer is working in it (then it says who decided)."""
+        if self.ended or not await self.still_allowed():
+            return
+        request_id = request_id if REQUEST_ID.match(request_id or "") else ""
+        if resync and request_id:
+            await self.push(
+                await database_sync_to_async(self._decided_card, thread_sensitive=False)(request_id)
+            )
+        if request_id == self.viewing:
+            if request_id:
+                await self._presence_set(request_id, self.viewing_pk, add=True, announce=False)
+            return
+        old, old_pk = self.viewing, self.viewing_pk
+        pk = None
+        if request_id:
+            pk = await database_sync_to_async(self._visible_pk, thread_sensitive=False)(request_id)
+            if pk is None:
+                request_id = ""
+        self.viewing, self.viewing_pk = request_id, pk
+        if old:
+            await self._presence_set(old, old_pk, add=False)
+        if request_id:
+            await self._presence_set(request_id, pk, add=True)
+
+    async def _presence_set(self, request_id: str, pk, *, add: bool, announce: bool = True):
+        """Add or remove this page in the request's viewers (in the cache, shared by every
+        server process; entries lapse after PRESENCE_SECONDS) and tell every inbox."""
+        key = presence_key(request_id)
+        now = time.time()
+        viewers = await cache.aget(key) or {}
+        viewers = {c: v for c, v in viewers.items() if v[1] > now}
+        before = sorted({v[0] for v in viewers.values()})
+        if add:
+            viewers[self.channel_name] = (getattr(self, "username", ""), now + PRESENCE_SECONDS)
+        else:
+            viewers.pop(self.channel_name, None)
+        await cache.aset(key, viewers, PRESENCE_SECONDS)
+        names = sorted({v[0] for v in viewers.values() if v[0]})
+        if announce or names != before:
+            await self.channel_layer.group_send(
+                INBOX_GROUP,
+                {
+                    "type": "approvals.presence",
+                    "request_id": request_id,
+                    "request_pk": pk,
+                    "names": names,
+                },
+            )
+
+    async def approvals_presence(self, event: dict) -> None:
+        """Who views a request: shown on the pages that show it (never the viewer's own name)."""
+        if event.get("request_id") != self.viewing or self.viewing_pk is None:
+            return
+        mine = getattr(self, "username", "")
+        names = [n for n in event.get("names", []) if n != mine]
+        await self.push(rendering.presence_html(self.viewing_pk, names))
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "viewing", ""):
+            with contextlib.suppress(Exception):
+                await self._presence_set(self.viewing, self.viewing_pk, add=False)
+            self.viewing = ""
+        await super().disconnect(code)
 
 
 class RunConsumer(_Base):

@@ -17,17 +17,32 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.utils import timezone
 
 from .. import events
+from ..conf import app_settings
 from ..models import ApprovalRequest, Run
 from ..presenters.cards import decision_toast, own_toast
 from .groups import INBOX_GROUP, run_group, user_group
 
 log = logging.getLogger(__name__)
+
+
+def claim_holder_id(row: ApprovalRequest, now: Any = None) -> Any:
+    """The id of the user holding an active claim on the request, or None (no query; the
+    same rule as selectors.active_claim)."""
+    if row.state != ApprovalRequest.State.PENDING or not row.claimed_by_id or not row.claimed_at:
+        return None
+    minutes = int(app_settings.CLAIM_MINUTES or 0)
+    now = now or timezone.now()
+    if minutes > 0 and row.claimed_at <= now - timedelta(minutes=minutes):
+        return None
+    return row.claimed_by_id
 
 
 def request_message(
@@ -41,6 +56,7 @@ def request_message(
         "type": "approvals.request",
         "change": change,  # names this change: consumers cache what they render for it
         "request_pk": row.pk,
+        "request_id": row.request_id,
         "run_id": row.run_id,
         "agent": row.agent,
         # A pending card's variant depends on it (whoever started the run may not approve it,
@@ -49,8 +65,14 @@ def request_message(
         "kind": row.kind,
         "state": row.state,
         "created": created,
+        # The inbox's chips: who holds an active claim, and whether it is past its deadline.
+        "claimed_by_id": claim_holder_id(row),
+        "overdue": bool(
+            not decided and row.expires_at is not None and row.expires_at < timezone.now()
+        ),
         # Plain text (pages escape it): "New request from ...", "Already declined by ...".
-        "toast": decision_toast(row, tool_names),
+        # (None for a change that leaves it pending: a claim, a release.)
+        "toast": decision_toast(row, tool_names) if created or decided else "",
         # Who decided, so that a page of theirs says "You declined: ..." where everybody
         # else reads who decided.
         "decided_by": row.decided_by_id if decided else None,

@@ -24,8 +24,9 @@ from django.template.loader import render_to_string
 
 from .. import selectors
 from ..models import ApprovalRequest, Run
-from ..presenters.cards import request_card
-from ..presenters.pages import inbox_context, run_context_for
+from ..permissions import hidden_agents
+from ..presenters.cards import request_card, request_row
+from ..presenters.pages import list_context, run_context_for
 
 # The CSRF tag renders nothing for this value (and warns about nothing): see the docstring.
 NO_REQUEST = {"csrf_token": "NOTPROVIDED"}
@@ -74,10 +75,21 @@ FRAGMENTS = FragmentCache()
 def _request_row(request_pk: int) -> ApprovalRequest | None:
     return (
         ApprovalRequest.objects.filter(pk=request_pk)
-        .select_related("run", "decided_by")
+        .select_related("run", "decided_by", "claimed_by")
         .prefetch_related("calls")
         .first()
     )
+
+
+def visible_row(request_id: str, rights) -> ApprovalRequest | None:
+    """A request by its id, if the viewer (`rights`) may see its agent."""
+    row = (
+        ApprovalRequest.objects.filter(request_id=request_id)
+        .select_related("run", "decided_by", "claimed_by")
+        .prefetch_related("calls")
+        .first()
+    )
+    return row if row is not None and rights.can_view(row.agent) else None
 
 
 def card_html(row: ApprovalRequest, *, can_decide: bool, oob: bool = False) -> str:
@@ -145,11 +157,51 @@ async def run_body_for_change(
     )
 
 
-def request_list(user, filters: dict[str, str], page: int | str | None) -> str:
-    """The inbox's list for one viewer, out of band (a page's snapshot on (re)connect)."""
+def request_list(user, params: dict[str, str], page: int | str | None) -> str:
+    """The inbox's list for one viewer, out of band (a page's snapshot on (re)connect), with
+    its chips (their counts) and the selected request's card when `params` names one."""
+    context = list_context(user, params, page)
     return render_to_string(
-        "approvals/inbox.html#request-list",
-        {**inbox_context(user, filters, page), "list_oob": True, **NO_REQUEST},
+        "approvals/inbox.html#list-update",
+        {**context, "user": user, "list_oob": True, **NO_REQUEST},
+    )
+
+
+def list_count(user, params: dict[str, str]) -> tuple[int, int]:
+    """(the rows a filtered list matches, the viewer's pending count) now."""
+    query = selectors.InboxQuery.from_params(params)
+    hidden = hidden_agents(user)
+    counts = selectors.inbox_counts(query, user_id=user.pk, hidden_agents=hidden)
+    pending = selectors.request_list(state="pending", hidden_agents=hidden).count()
+    return counts["matching"], pending
+
+
+def row_html(request_pk: int, *, filter_query: str, oob: bool) -> str:
+    """A request's row in the inbox list ("" when the request is gone). The same for every
+    viewer of a list with these filters (the page marks its selected row itself)."""
+    row = _request_row(request_pk)
+    if row is None:
+        return ""
+    return render_to_string(
+        "approvals/inbox.html#request-row",
+        {"item": request_row(row), "row_oob": oob, "filter_query": filter_query, "selected_id": ""},
+    )
+
+
+async def row_for_change(request_pk: int, *, change: str, filter_query: str, oob: bool) -> str:
+    key = f"row:{request_pk}:{change}:{oob:d}:{filter_query}"
+    return await FRAGMENTS.get(
+        key, lambda: row_html(request_pk, filter_query=filter_query, oob=oob)
+    )
+
+
+def matches_query(request_pk: int, user_id, params: dict[str, str], hidden) -> bool:
+    """Whether a viewer's list (its search, hidden-only filter) shows this request now."""
+    query = selectors.InboxQuery.from_params(params)
+    return (
+        selectors.inbox_requests(query, user_id=user_id, hidden_agents=hidden)
+        .filter(pk=request_pk)
+        .exists()
     )
 
 
@@ -157,8 +209,19 @@ def inbox_update(**context) -> str:
     return render_to_string("approvals/_live.html#inbox-update", context)
 
 
-def pending_count_html(count: int) -> str:
+def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
     return render_to_string(
         "approvals/inbox.html#request-count",
-        {"count": count, "filters": {"state": "pending"}, "count_oob": True},
+        {
+            "count": count,
+            "pending": count if pending is None else pending,
+            "filters": {"state": state},
+            "count_oob": True,
+        },
+    )
+
+
+def presence_html(request_pk: int, names: list[str]) -> str:
+    return render_to_string(
+        "approvals/_live.html#presence", {"request_pk": request_pk, "names": names}
     )

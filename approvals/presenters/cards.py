@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import agents
+from django.utils import timezone
+
+from .. import agents, selectors
 from ..domain.arguments import diff
 from ..models import ApprovalRequest, RequestCall
 from .fields import SchemaField, fields_for
@@ -275,6 +277,12 @@ class RequestCard:
         return len(self.calls) <= 1
 
     @property
+    def claim_holder(self) -> Any:
+        """Who holds an active claim on this request (a user), or None (K: the claim bar
+        and the take-over question read it; no query when `claimed_by` was joined)."""
+        return selectors.active_claim(self.row)
+
+    @property
     def needs_confirmation(self) -> bool:
         """Approving runs something the prompt says cannot be undone: confirm it first."""
         return self.row.kind == "approval" and bool(IRREVERSIBLE.search(self.row.prompt or ""))
@@ -393,3 +401,64 @@ def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
         return f"You approved {joined}"
     verb = {"approved": "approved", "answered": "answered", "cancelled": "cancelled"}
     return f"You {verb.get(row.state, row.state)}: {title}"
+
+
+# -- the inbox's compact rows (issue 14) -------------------------------------------------------
+
+ROW_SUMMARY_CHARS = 90
+
+
+@dataclass
+class RequestRow:
+    """One line of the inbox list: agent, what (tools or "question"), key arguments in one
+    line, age, deadline, claim. Reads only what `inbox_requests` joined and prefetched."""
+
+    row: ApprovalRequest
+    what: str
+    summary: str
+    claim_holder: Any = None
+    overdue: bool = False
+
+    @property
+    def dom_id(self) -> str:
+        return f"row-{self.row.pk}"
+
+
+def _one_line(text: str, limit: int = ROW_SUMMARY_CHARS) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def row_summary(row: ApprovalRequest) -> tuple[str, str]:
+    """(what, summary) of a request for its inbox row: the tool name(s) or "question", and
+    its key arguments (or the question, or the prompt) in one short line."""
+    data = row.data if isinstance(row.data, dict) else {}
+    if row.kind == "tool_call":
+        calls = list(row.calls.all())
+        names = [c.tool_name for c in calls] or row.relay_tool_names()
+        what = joined_names(names) if names else KIND_LABELS.get(row.kind, row.kind)
+        parts = [key_arguments(c.input) for c in calls]
+        summary = "; ".join(p for p in parts if p) or row.prompt
+        return _one_line(what, 60), _one_line(summary)
+    if row.kind == "question":
+        questions = _questions(data)
+        text = questions[0].text if questions else row.prompt
+        if len(questions) > 1:
+            text = f"{text} (+{len(questions) - 1} more)"
+        return "question", _one_line(text)
+    if row.kind == "approval":
+        tool = str(data.get("tool") or "") or KIND_LABELS.get(row.kind, row.kind)
+        values = data.get("input") if isinstance(data.get("input"), dict) else {}
+        return _one_line(tool, 60), _one_line(key_arguments(values) or row.prompt)
+    if row.kind == "elicitation":
+        server = mcp_server_of(row)
+        what = source_label(server, str(data.get("tool") or "")) or KIND_LABELS.get(row.kind, "")
+        return _one_line(what, 60), _one_line(row.prompt)
+    return KIND_LABELS.get(row.kind, row.kind), _one_line(row.prompt or row.url or "")
+
+
+def request_row(row: ApprovalRequest, *, now: datetime | None = None) -> RequestRow:
+    now = now or timezone.now()
+    what, summary = row_summary(row)
+    overdue = row.state == State.PENDING and row.expires_at is not None and row.expires_at < now
+    return RequestRow(row, what, summary, selectors.active_claim(row, now=now), overdue)

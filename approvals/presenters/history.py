@@ -19,6 +19,9 @@ HISTORY_LABELS = {
     "request_cancelled": "Cancelled",
     "run_resumed": "The run was queued to resume with the decision",
     "run_cancelled": "The run was cancelled",
+    "claimed": "Claimed",
+    "released": "Claim released",
+    "claim taken over": "Claim taken over",
 }
 
 

@@ -1,5 +1,6 @@
-"""What each page shows, from the rows: the inbox (filters, one page of cards) and a run's
-body. Views, live pushes and websocket snapshots render the same contexts."""
+"""What each page shows, from the rows: the inbox (filters, one page of compact rows, the
+selected request in a detail pane) and a run's body. Views, live pushes and websocket
+snapshots render the same contexts."""
 
 from __future__ import annotations
 
@@ -7,53 +8,175 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.context_processors import PermWrapper
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.urls import reverse
+from django.utils import timezone
 
 from .. import agents, selectors
-from ..models import ApprovalRequest, Run
+from ..models import ApprovalRequest, RequestHide, Run
 from ..permissions import agents_visible_to, can_decide_request, hidden_agents
-from .cards import KIND_LABELS, mcp_call_servers, request_card
+from .cards import KIND_LABELS, mcp_call_servers, request_card, request_row
+from .history import history
 from .timeline import timeline
 
 PAGE_SIZE = 20
 KINDS = list(KIND_LABELS.items())
+SORTS = [("newest", "newest first"), ("oldest", "oldest first"), ("deadline", "soonest deadline")]
+# The chips above the list: (label, parameter, value, the count's key in inbox_counts).
+CHIPS = [
+    ("claimed by me", "claim", "mine", "mine"),
+    ("unclaimed", "claim", "unclaimed", "unclaimed"),
+    ("overdue", "overdue", "1", "overdue"),
+    ("snoozed / ignored", "hidden", "only", "hidden"),
+]
+MAX_REQUEST_ID = 64
+
+
+def inbox_query(params) -> selectors.InboxQuery:
+    return selectors.InboxQuery.from_params(params)
 
 
 def inbox_filters(params) -> dict[str, str]:
-    state = params.get("state") or "pending"
-    if state != "all" and state not in ApprovalRequest.State.values:
-        state = "pending"
-    # NUL never names an agent or kind, and PostgreSQL refuses it in a query.
-    return {
-        "agent": params.get("agent", "").replace("\x00", "")[:100],
-        "kind": params.get("kind", "").replace("\x00", "")[:50],
-        "state": state,
-    }
+    """The inbox's filters as URL parameters (only those that differ from the defaults)."""
+    return inbox_query(params).as_params()
 
 
-def inbox_context(user, filters: dict[str, str], page_number) -> dict:
-    qs = selectors.request_list(
-        state=None if filters["state"] == "all" else filters["state"],
-        agent=filters["agent"] or None,
-        kind=filters["kind"] or None,
-        hidden_agents=hidden_agents(user),  # per-agent access: not listed, not counted
-    )
-    page = Paginator(qs, PAGE_SIZE).get_page(page_number)
-    filter_query = urlencode({k: v for k, v in filters.items() if v})
+def selected_id(params) -> str:
+    value = str(params.get("r", "") or "").replace("\x00", "").strip()
+    return value if len(value) <= MAX_REQUEST_ID else ""
+
+
+def list_url(params: dict[str, str]) -> str:
+    """The inbox's URL with these parameters."""
+    return _url(params)
+
+
+def _url(params: dict[str, str]) -> str:
+    query = urlencode(params)
+    return reverse("approvals:inbox") + (f"?{query}" if query else "")
+
+
+def chips(query: selectors.InboxQuery, counts: dict[str, int]) -> list[dict]:
+    """The filter chips: each a link that toggles it (page and selection dropped)."""
+    params = query.as_params()
+    out = []
+    for label, name, value, key in CHIPS:
+        active = params.get(name) == value
+        toggled = {k: v for k, v in params.items() if k != name}
+        if not active:
+            toggled[name] = value
+        out.append(
+            {
+                "label": label,
+                "name": name,
+                "value": value,
+                "count": counts.get(key, 0),
+                "active": active,
+                "url": _url(toggled),
+            }
+        )
+    return out
+
+
+def pending_count(user) -> int:
+    """Pending requests of the agents `user` sees: the page title's "(N) Inbox"."""
+    return selectors.request_list(state="pending", hidden_agents=hidden_agents(user)).count()
+
+
+def list_context(user, params, page_number=None, *, now=None) -> dict:
+    """The inbox list: filters, chip counts, one page of rows (4 queries: counts, the
+    pending count, the page's rows and their calls)."""
+    now = now or timezone.now()
+    query = inbox_query(params)
+    hidden = hidden_agents(user)  # per-agent access: not listed, not counted
+    counts = selectors.inbox_counts(query, user_id=user.pk, hidden_agents=hidden, now=now)
+    qs = selectors.inbox_requests(query, user_id=user.pk, hidden_agents=hidden, now=now)
+    paginator = Paginator(qs, PAGE_SIZE)
+    paginator.__dict__["count"] = counts["matching"]  # counted already: no COUNT query
+    page = paginator.get_page(page_number)
+    filters = query.as_params()
+    filter_query = urlencode(filters)
+    selected = selected_id(params)
     return {
         "nav": "inbox",
-        "filters": filters,
+        "query": query,
+        "filters": {**filters, "state": query.state},
+        "counts": counts,
+        "chips": chips(query, counts),
         "page": page,
-        "count": page.paginator.count,
-        "cards": [request_card(row, can_decide=can_decide_request(user, row)) for row in page],
+        "count": counts["matching"],
+        "pending": pending_count(user),
+        "rows": [request_row(row, now=now) for row in page],
+        "selected_id": selected,
         "agent_names": agents_visible_to(user, [a.name for a in agents.all()]),
         "kinds": KINDS,
         "states": ApprovalRequest.State.choices,
+        "sorts": SORTS,
         "filter_query": filter_query,
-        "live_query": urlencode({**{k: v for k, v in filters.items() if v}, "page": page.number}),
-        "next_url": f"{reverse('approvals:inbox')}?{filter_query}",
+        "list_url": _url(filters),
+        "live_query": urlencode(
+            {**filters, "page": page.number, **({"r": selected} if selected else {})}
+        ),
         "perms": PermWrapper(user),
     }
+
+
+def _hidden_for(user, row: ApprovalRequest, now) -> tuple[bool, object]:
+    """Whether `user` snoozed or ignored the request, and until when (None: ignored)."""
+    found = list(
+        RequestHide.objects.filter(request_id=row.pk, user_id=user.pk)
+        .filter(Q(until__isnull=True) | Q(until__gt=now))
+        .values_list("until", flat=True)[:1]
+    )
+    return bool(found), (found[0] if found else None)
+
+
+def detail_context(user, row: ApprovalRequest | None, *, card=None, list_url: str = "") -> dict:
+    """The detail pane: the request's card, its claim bar, who else views it, the run's
+    transcript so far and the request's history (constant queries)."""
+    if row is None:
+        return {"card": None, "row": None, "selected_id": "", "list_url": list_url}
+    now = timezone.now()
+    card = card or request_card(row, can_decide=can_decide_request(user, row))
+    run_context = run_context_for(row.run, can_decide=False, open_can_decide=False)
+    hidden, until = _hidden_for(user, row, now)
+    params = {"r": row.request_id}
+    return {
+        "row": row,
+        "run": row.run,
+        "card": card,
+        "entries": run_context["entries"],
+        "history": history(selectors.request_history(row=row), card.outcome),
+        "hidden": hidden,
+        "hidden_until": until,
+        "selected_id": row.request_id,
+        "list_url": list_url or _url({}),
+        "detail_url": _url(params),
+    }
+
+
+def selected_row(user, request_id: str) -> ApprovalRequest | None:
+    if not request_id:
+        return None
+    try:
+        return selectors.request_get(request_id=request_id, hidden_agents=hidden_agents(user))
+    except ApprovalRequest.DoesNotExist:
+        return None
+
+
+def inbox_context(user, params, page_number=None) -> dict:
+    """The whole inbox page: the list and the selected request's detail pane."""
+    context = list_context(user, params, page_number)
+    row = selected_row(user, context["selected_id"])
+    detail = detail_context(user, row, list_url=context["list_url"])
+    if row is None:
+        context["selected_id"] = ""
+    context.update({k: v for k, v in detail.items() if k not in ("list_url",)})
+    context["next_url"] = _url(
+        {**context["query"].as_params(), **({"r": row.request_id} if row else {})}
+    )
+    context["nav"] = "inbox"
+    return context
 
 
 def run_context_for(

@@ -4,21 +4,56 @@ view answers a refusal with the app's own 403 page and a signed-out htmx request
 
 from django.urls import path
 
-from . import views
+from . import triage, views
 
 app_name = "approvals"
 page = views.app_page
+# Deciding a request another reviewer claimed asks first (approvals/web/triage.py).
+guard = triage.claim_guard
 
 urlpatterns = [
     path("", page(views.inbox), name="inbox"),
+    # Before requests/<id>/: "bulk" is no request id.
+    path("requests/bulk/", page(triage.requests_bulk), name="requests-bulk"),
     path("requests/<str:request_id>/", page(views.request_detail), name="request-detail"),
     path("requests/<str:request_id>/card/", page(views.request_card), name="request-card"),
-    path("requests/<str:request_id>/approve/", page(views.request_approve), name="request-approve"),
-    path("requests/<str:request_id>/output/", page(views.request_output), name="request-output"),
-    path("requests/<str:request_id>/edit/", page(views.request_edit), name="request-edit"),
-    path("requests/<str:request_id>/respond/", page(views.request_respond), name="request-respond"),
-    path("requests/<str:request_id>/calls/", page(views.request_calls), name="request-calls"),
-    path("requests/<str:request_id>/decline/", page(views.request_decline), name="request-decline"),
+    path(
+        "requests/<str:request_id>/approve/",
+        page(guard(views.request_approve)),
+        name="request-approve",
+    ),
+    path(
+        "requests/<str:request_id>/output/",
+        page(guard(views.request_output)),
+        name="request-output",
+    ),
+    path("requests/<str:request_id>/edit/", page(guard(views.request_edit)), name="request-edit"),
+    path(
+        "requests/<str:request_id>/respond/",
+        page(guard(views.request_respond)),
+        name="request-respond",
+    ),
+    path(
+        "requests/<str:request_id>/calls/", page(guard(views.request_calls)), name="request-calls"
+    ),
+    path(
+        "requests/<str:request_id>/decline/",
+        page(guard(views.request_decline)),
+        name="request-decline",
+    ),
+    # Triage (approvals/web/triage.py): bulk decisions, claims, snooze / ignore / un-hide.
+    path("requests/<str:request_id>/claim/", page(triage.request_claim), name="request-claim"),
+    path(
+        "requests/<str:request_id>/release/", page(triage.request_release), name="request-release"
+    ),
+    path(
+        "requests/<str:request_id>/claim-bar/",
+        page(triage.request_claim_bar),
+        name="request-claim-bar",
+    ),
+    path("requests/<str:request_id>/snooze/", page(triage.request_snooze), name="request-snooze"),
+    path("requests/<str:request_id>/ignore/", page(triage.request_ignore), name="request-ignore"),
+    path("requests/<str:request_id>/unhide/", page(triage.request_unhide), name="request-unhide"),
     path("runs/", page(views.run_list), name="run-list"),
     path("runs/new/", page(views.run_start), name="run-start"),
     path("runs/<int:run_id>/", page(views.run_detail), name="run-detail"),

@@ -37,9 +37,8 @@ from ..permissions import (
     hidden_agents,
     permission_needed,
 )
-from ..presenters import cards, fields
-from ..presenters.history import history
-from ..presenters.pages import inbox_context, inbox_filters, run_context_for
+from ..presenters import cards, fields, pages
+from ..presenters.pages import run_context_for
 from .middleware import signed_out_for_htmx
 from .mounts import is_api_request
 
@@ -97,15 +96,23 @@ def api_not_found(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 @permission_required(VIEW_REQUESTS, raise_exception=True)
-@vary_on_headers("HX-Request")
+@vary_on_headers("HX-Request", "HX-Target")
 def inbox(request: HttpRequest) -> HttpResponse:
-    context = inbox_context(request.user, inbox_filters(request.GET), request.GET.get("page"))
-    template = (
-        "approvals/inbox.html#request-list"
-        if request.htmx and not request.htmx.history_restore_request
-        else "approvals/inbox.html"
-    )
-    return _render(request, template, context)
+    """The triage inbox: a compact list (filters, search, sort and chips in the URL) and the
+    selected request (`r=`) in a detail pane. htmx asks for a part: the list (filters,
+    chips, pages) or the detail pane (a row clicked); a history restore gets the page."""
+    partial = request.htmx and not request.htmx.history_restore_request
+    if partial and request.htmx.target == "detail":
+        row = pages.selected_row(request.user, pages.selected_id(request.GET))
+        query = pages.inbox_query(request.GET).as_params()
+        context = pages.detail_context(request.user, row, list_url=pages.list_url(query))
+        context["next_url"] = pages.list_url({**query, **({"r": row.request_id} if row else {})})
+        return _render(request, "approvals/inbox.html#detail", context)
+    if partial:
+        context = pages.list_context(request.user, request.GET, request.GET.get("page"))
+        return _render(request, "approvals/inbox.html#list-update", context)
+    context = pages.inbox_context(request.user, request.GET, request.GET.get("page"))
+    return _render(request, "approvals/inbox.html", context)
 
 
 @require_GET
@@ -132,16 +139,11 @@ def request_detail(request: HttpRequest, request_id: str) -> HttpResponse:
 def _request_page(
     request: HttpRequest, row: ApprovalRequest, card=None, *, status: int = 200
 ) -> HttpResponse:
-    decide = can_decide_request(request.user, row)
-    card = card or cards.request_card(row, can_decide=decide)
+    """The detail pane as a page of its own (the same parts as in the inbox)."""
     context = {
-        **run_context_for(
-            row.run, can_decide=can_decide_run(request.user, row.run), viewer=request.user
-        ),
+        **pages.detail_context(request.user, row, card=card, list_url=pages.list_url({})),
         "nav": "inbox",
-        "row": row,
-        "card": card,
-        "history": history(selectors.request_history(row=row), card.outcome),
+        "request_page": True,
         "next_url": reverse("approvals:request-detail", args=[row.request_id]),
     }
     return _render(request, "approvals/request_detail.html", context, status=status)

@@ -55,13 +55,13 @@ def world(second_demo_agent):
 
 def test_the_inbox_shows_only_agents_the_viewer_may_see(world):
     page = session_client(world.outsider).get("/").content.decode()
-    assert f'id="request-{world.open_row.pk}"' in page
-    assert f'id="request-{world.restricted_row.pk}"' not in page
+    assert f'id="row-{world.open_row.pk}"' in page  # the inbox's rows (issue 14)
+    assert f'id="row-{world.restricted_row.pk}"' not in page
     assert "1 request pending" in page
     assert 'value="demo2"' in page and 'value="demo"' not in page  # the agent filter
     for user in (world.owner, world.auditor):
         page = session_client(user).get("/").content.decode()
-        assert f'id="request-{world.restricted_row.pk}"' in page
+        assert f'id="row-{world.restricted_row.pk}"' in page
         assert "2 requests pending" in page
 
 

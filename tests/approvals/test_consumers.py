@@ -8,6 +8,7 @@ hooks send the pushes on the event loop the consumers run on.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -164,12 +165,14 @@ async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
     watcher = await user_of("watcher")
-    comm, snapshot = await open_socket("/ws/inbox/", watcher)
+    comm, snapshot = await open_socket(f"/ws/inbox/?r={row.request_id}", watcher)
     try:
         assert 'id="request-list"' in snapshot
         assert "hx-swap-oob" in snapshot
         assert snapshot.lstrip().startswith('<section id="request-list" hx-swap-oob="true"')
-        assert f'id="request-{row.pk}"' in snapshot
+        assert f'id="row-{row.pk}"' in snapshot
+        # the selected request's card follows the list
+        assert f'<article id="request-{row.pk}" hx-swap-oob="true"' in snapshot
         # the watcher's variant: the card is there, its decision forms are not
         assert "/decline/" not in snapshot
         assert "You can watch but not decide." in snapshot
@@ -180,8 +183,9 @@ async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
 async def test_snapshot_for_a_reviewer_carries_the_decision_forms():
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
-    comm, snapshot = await open_socket("/ws/inbox/", reviewer)
+    comm, snapshot = await open_socket(f"/ws/inbox/?r={row.request_id}", reviewer)
     try:
+        assert f'id="row-{row.pk}"' in snapshot
         assert f'id="request-{row.pk}"' in snapshot
         assert f"/requests/{row.request_id}/decline/" in snapshot
         assert f"/requests/{row.request_id}/approve/" in snapshot
@@ -208,8 +212,8 @@ async def test_a_new_pending_request_is_inserted_at_the_top():
     try:
         _, row = await halted_run(reviewer)
         frame = await comm.receive_from(timeout=TIMEOUT)
-        assert frame.startswith('<div hx-swap-oob="afterbegin:#request-cards">')
-        assert f'id="request-{row.pk}"' in frame
+        assert frame.startswith('<div hx-swap-oob="afterbegin:#request-rows">')
+        assert f'id="row-{row.pk}"' in frame
         assert f'data-request-id="{row.request_id}"' in frame
         # the empty state goes away, and a toast announces the request
         assert '<div id="inbox-empty" hx-swap-oob="delete"></div>' in frame
@@ -217,8 +221,9 @@ async def test_a_new_pending_request_is_inserted_at_the_top():
         assert "New request from demo: The agent wants to run refund" in frame
         # the unfiltered pending inbox also gets its live count, in a frame of its own
         count = await comm.receive_from(timeout=TIMEOUT)
-        assert (
-            count == '<p class="count" id="request-count" hx-swap-oob="true">1 request pending</p>'
+        assert count == (
+            '<p class="count" id="request-count" data-count="1" data-pending="1"'
+            ' hx-swap-oob="true">1 request pending</p>'
         )
         # nothing else for the inbox: run-only changes go to the run group
         assert await comm.receive_nothing(timeout=0.2)
@@ -233,8 +238,8 @@ async def test_a_new_request_is_not_inserted_into_page_two():
         _, row = await halted_run(reviewer)
         frame = await comm.receive_from(timeout=TIMEOUT)
         # page two holds older requests: the new one is announced, not inserted
-        assert "afterbegin:#request-cards" not in frame
-        assert f'id="request-{row.pk}"' not in frame
+        assert "afterbegin:#request-rows" not in frame
+        assert f'id="row-{row.pk}"' not in frame
         assert "New request from demo" in frame
     finally:
         await comm.disconnect()
@@ -245,7 +250,7 @@ async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all()
     colleague = await user_of("reviewer")  # watches; their own decision reads differently
     _, row = await halted_run(reviewer)
     pending, _ = await open_socket("/ws/inbox/?state=pending", colleague)
-    everything, _ = await open_socket("/ws/inbox/?state=all", colleague)
+    everything, _ = await open_socket(f"/ws/inbox/?state=all&r={row.request_id}", colleague)
     try:
         await in_thread(
             services.request_decline,
@@ -256,12 +261,13 @@ async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all()
         # two frames: the first drops the card and says who decided (nothing rendered), the
         # second carries the new count
         frame = await pending.receive_from(timeout=TIMEOUT)
-        assert frame.startswith(f'<div id="request-{row.pk}" hx-swap-oob="delete"></div>')
+        assert frame.startswith(f'<div id="row-{row.pk}" hx-swap-oob="delete"></div>')
         assert f"Already declined by {reviewer.username} at " in frame
         assert "The agent wants to run refund" in frame
         count = await pending.receive_from(timeout=TIMEOUT)
-        assert (
-            count == '<p class="count" id="request-count" hx-swap-oob="true">0 requests pending</p>'
+        assert count == (
+            '<p class="count" id="request-count" data-count="0" data-pending="0"'
+            ' hx-swap-oob="true">0 requests pending</p>'
         )
         assert await pending.receive_nothing(timeout=0.2)
 
@@ -270,8 +276,9 @@ async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all()
         assert "state-declined" in frame
         assert "over the limit" in frame
         assert reviewer.username in frame
-        # a decided card has no decision forms left
+        # a decided card has no decision forms left; the row follows the card
         assert "/decline/" not in frame.split('<div hx-swap-oob="beforeend:#toasts">')[0]
+        assert f'<li id="row-{row.pk}" hx-swap-oob="true" class="row state-declined' in frame
     finally:
         await pending.disconnect()
         await everything.disconnect()
@@ -285,7 +292,7 @@ async def test_a_decision_is_inserted_nowhere_for_a_page_filtered_on_another_sta
         await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
         frame = await approved.receive_from(timeout=TIMEOUT)
         # not a match for this page: removed if present, never shown
-        assert frame.startswith(f'<div id="request-{row.pk}" hx-swap-oob="delete"></div>')
+        assert frame.startswith(f'<div id="row-{row.pk}" hx-swap-oob="delete"></div>')
     finally:
         await approved.disconnect()
 
@@ -301,11 +308,11 @@ async def test_filters_drop_events_that_do_not_match(query):
     try:
         _, row = await halted_run(reviewer)
         frame = await control.receive_from(timeout=TIMEOUT)
-        assert f'id="request-{row.pk}"' in frame  # the event did go out
+        assert f'id="row-{row.pk}"' in frame  # the event did go out
         assert await filtered.receive_nothing(timeout=0.3)
         # decisions on a non-matching request are dropped too
         await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
-        assert 'hx-swap-oob="delete"' in await control.receive_from(timeout=TIMEOUT)
+        assert 'hx-swap-oob="delete"' in await _frame_with(control, "delete")
         assert await filtered.receive_nothing(timeout=0.3)
     finally:
         await filtered.disconnect()
@@ -318,8 +325,8 @@ async def test_a_kind_filter_lets_matching_events_through():
     try:
         _, row = await halted_run(reviewer, prompt="Ask the customer a question about plans")
         frame = await questions.receive_from(timeout=TIMEOUT)
-        assert f'id="request-{row.pk}"' in frame
-        assert "afterbegin:#request-cards" in frame
+        assert f'id="row-{row.pk}"' in frame
+        assert "afterbegin:#request-rows" in frame
     finally:
         await questions.disconnect()
 
@@ -327,12 +334,14 @@ async def test_a_kind_filter_lets_matching_events_through():
 async def test_watchers_get_the_view_variant_and_reviewers_the_decide_variant():
     reviewer = await user_of("reviewer")
     watcher = await user_of("watcher")
-    decide, _ = await open_socket("/ws/inbox/", reviewer)
-    view, _ = await open_socket("/ws/inbox/", watcher)
+    _, row = await halted_run(reviewer)
+    decide, _ = await open_socket(f"/ws/inbox/?r={row.request_id}", reviewer)
+    view, _ = await open_socket(f"/ws/inbox/?r={row.request_id}", watcher)
     try:
-        _, row = await halted_run(reviewer)
-        decide_frame = await decide.receive_from(timeout=TIMEOUT)
-        view_frame = await view.receive_from(timeout=TIMEOUT)
+        # a change of the request both pages show in their detail pane
+        await get_channel_layer().group_send(INBOX_GROUP, _event(row, toast=""))
+        decide_frame = await _frame_with(decide, "<article")
+        view_frame = await _frame_with(view, "<article")
         for frame in (decide_frame, view_frame):
             assert f'id="request-{row.pk}"' in frame
         assert f'action="/requests/{row.request_id}/decline/"' in decide_frame
@@ -353,7 +362,7 @@ async def test_pushed_fragments_escape_hostile_text():
     hostile = "Refund A-1001 $5 <img src=x onerror=window.__xss=1><script>window.__xss=1</script>"
     try:
         await halted_run(reviewer, prompt=hostile)
-        frame = await comm.receive_from(timeout=TIMEOUT)
+        frame = await comm.receive_from(timeout=TIMEOUT)  # the row: the prompt is its title
         assert "<script>window.__xss" not in frame
         assert "<img src=x" not in frame
         assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in frame
@@ -362,6 +371,13 @@ async def test_pushed_fragments_escape_hostile_text():
 
 
 # -- group membership and misbehaving clients ----------------------------------------------
+
+
+async def _frame_with(comm: WebsocketCommunicator, text: str) -> str:
+    """The next frame holding `text` (presence and count frames may come first)."""
+    while text not in (frame := await comm.receive_from(timeout=TIMEOUT)):
+        pass
+    return frame
 
 
 def _event(row: ApprovalRequest, *, change: str = "test", **fields) -> dict:
@@ -374,11 +390,11 @@ async def test_a_message_sent_to_the_inbox_group_reaches_the_consumer():
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
     watcher = await user_of("watcher")
-    comm, _ = await open_socket("/ws/inbox/", watcher)
+    comm, _ = await open_socket(f"/ws/inbox/?r={row.request_id}", watcher)
     try:
         layer = get_channel_layer()
         await layer.group_send(INBOX_GROUP, _event(row, toast="hello"))
-        frame = await comm.receive_from(timeout=TIMEOUT)
+        frame = await _frame_with(comm, "<article")
         # the consumer rendered the card for its viewer: the watcher's variant, in place
         assert frame.lstrip().startswith(f'<article id="request-{row.pk}" hx-swap-oob="true"')
         assert "You can watch but not decide." in frame
@@ -395,7 +411,8 @@ async def test_a_change_is_rendered_once_per_variant_however_many_pages_watch(mo
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
     watcher = await user_of("watcher")
-    pages = [await open_socket("/ws/inbox/?state=all", u) for u in [reviewer] * 3 + [watcher] * 3]
+    path = f"/ws/inbox/?state=all&r={row.request_id}"
+    pages = [await open_socket(path, u) for u in [reviewer] * 3 + [watcher] * 3]
     rendered = []
     original = rendering.card_html
 
@@ -407,7 +424,7 @@ async def test_a_change_is_rendered_once_per_variant_however_many_pages_watch(mo
     try:
         await get_channel_layer().group_send(INBOX_GROUP, _event(row, change="once"))
         for comm, _ in pages:
-            assert f'id="request-{row.pk}"' in await comm.receive_from(timeout=TIMEOUT)
+            assert f'id="request-{row.pk}"' in await _frame_with(comm, "<article")
         assert sorted(rendered) == [False, True]  # one rendering per variant, not per page
     finally:
         for comm, _ in pages:
@@ -519,14 +536,16 @@ async def test_pushed_forms_carry_no_token_and_post_through_htmx():
     htmx (hx-post, or hx-boost for the run page's plain forms), which sends the token the
     page holds in <body hx-headers>."""
     reviewer = await user_of("reviewer")
-    run, _ = await halted_run(reviewer)
+    run, row = await halted_run(reviewer)
     run_page, body = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
-    inbox, listing = await open_socket("/ws/inbox/", reviewer)
+    inbox, listing = await open_socket(f"/ws/inbox/?r={row.request_id}", reviewer)
     try:
         for html in (body, listing):
             forms = re.findall(r"<form[^>]*>", html)
             assert forms
             for form in forms:
+                if 'method="dialog"' in form:
+                    continue  # closes a dialog (the keys' list): posts nothing
                 assert "hx-post=" in form or 'hx-boost="true"' in form, form
             assert "csrfmiddlewaretoken" not in html
         assert re.search(rf'<form[^>]*action="/runs/{run.pk}/cancel/"[^>]*hx-boost="true"', body)
@@ -682,7 +701,7 @@ async def test_signing_out_closes_that_sessions_live_pages_only():
         # the same user's other session (another browser) stays live
         assert await elsewhere.receive_nothing(timeout=0.3)
         await halted_run(reviewer)
-        assert "afterbegin:#request-cards" in await elsewhere.receive_from(timeout=TIMEOUT)
+        assert "afterbegin:#request-rows" in await elsewhere.receive_from(timeout=TIMEOUT)
     finally:
         for comm in (inbox, run_page, elsewhere):
             await comm.disconnect()
@@ -807,12 +826,17 @@ async def test_a_viewer_whose_access_holds_keeps_getting_pushes_after_a_recheck(
     reviewer = await user_of("reviewer")
     comm, _ = await open_socket("/ws/inbox/", reviewer)
     try:
-        for _ in range(2):
+        for n in range(2):
             _, row = await halted_run(reviewer)
-            frame = await comm.receive_from(timeout=TIMEOUT)
-            assert f'id="request-{row.pk}"' in frame
-            assert f"/requests/{row.request_id}/decline/" in frame  # still the decide variant
+            frame = await _frame_with(comm, f'id="row-{row.pk}"')
             assert "pending" in await comm.receive_from(timeout=TIMEOUT)  # the count
+            # the page shows it: a change brings the card, still the decide variant
+            await comm.send_to(text_data=json.dumps({"viewing": row.request_id}))
+            await get_channel_layer().group_send(INBOX_GROUP, _event(row, change=f"re{n}"))
+            frame = await _frame_with(comm, "<article")
+            assert f'id="request-{row.pk}"' in frame
+            assert f"/requests/{row.request_id}/decline/" in frame
+            assert "pending" in await _frame_with(comm, 'id="request-count"')
     finally:
         await comm.disconnect()
 
@@ -869,14 +893,14 @@ async def test_a_hidden_agents_requests_never_reach_an_outsiders_inbox(second_de
     try:
         _, hidden = await halted_run(owner)  # agent demo
         frame = await theirs.receive_from(timeout=TIMEOUT)
-        assert f'id="request-{hidden.pk}"' in frame
+        assert f'id="row-{hidden.pk}"' in frame
         assert "1 request pending" in await theirs.receive_from(timeout=TIMEOUT)
         assert await mine.receive_nothing(timeout=0.3)  # no card, no toast, no count
 
         run = await in_thread(start_and_halt, user=owner, agent="demo2", prompt="Refund A-1, $1")
         visible = await database_sync_to_async(pending_request)(run)
         frame = await mine.receive_from(timeout=TIMEOUT)
-        assert f'id="request-{visible.pk}"' in frame
+        assert f'id="row-{visible.pk}"' in frame
         # the outsider's count leaves out what they may not see
         assert "1 request pending" in await mine.receive_from(timeout=TIMEOUT)
         assert "2 requests pending" in (
@@ -905,12 +929,14 @@ async def test_whoever_started_a_run_gets_no_approve_form_where_the_starter_rule
     settings.TOOLNEXUS_STARTER_CANNOT_APPROVE = True
     starter = await user_of("reviewer")
     colleague = await user_of("reviewer")
-    own, _ = await open_socket("/ws/inbox/", starter)
-    other, _ = await open_socket("/ws/inbox/", colleague)
+    run, row = await halted_run(starter)
+    own, _ = await open_socket(f"/ws/inbox/?r={row.request_id}", starter)
+    other, _ = await open_socket(f"/ws/inbox/?r={row.request_id}", colleague)
     try:
-        run, row = await halted_run(starter)
-        own_card = await own.receive_from(timeout=TIMEOUT)
-        other_card = await other.receive_from(timeout=TIMEOUT)
+        event = _event(row, started_by_id=starter.pk)  # as the publisher says of a pending one
+        await get_channel_layer().group_send(INBOX_GROUP, event)
+        own_card = await _frame_with(own, "<article")
+        other_card = await _frame_with(other, "<article")
         assert f"/requests/{row.request_id}/approve/" in other_card
         assert f"/requests/{row.request_id}/approve/" not in own_card
         assert f'id="request-{row.pk}"' in own_card

@@ -261,7 +261,7 @@ def test_run_page_renders_replies_as_markdown_and_escapes_hostile_html():
 def test_inbox_keeps_a_multi_line_prompts_lines_and_shows_arguments_as_a_table():
     user = make_user()
     run = start_and_halt(user=user, prompt="Refund order A-1001, $250\n**urgent**: customer waited")
-    page = session_client(user).get("/").content.decode()
+    page = session_client(user).get(f"/?r={run.requests.get().request_id}").content.decode()
     asked = re.search(r'<div class="asked">(.*?)</div></div>', page, re.S)
     assert asked, page
     assert "Refund order A-1001, $250<br>\n<strong>urgent</strong>: customer waited" in asked.group(
@@ -291,7 +291,7 @@ def test_a_request_url_is_a_link_only_for_http_and_https(url, linked):
     ApprovalRequest.objects.filter(run=run).update(
         kind="authorization", url=url, prompt="Sign in to the billing system"
     )
-    page = session_client(user).get("/").content.decode()
+    page = session_client(user).get(f"/?r={run.requests.get().request_id}").content.decode()
     line = re.search(r'<p class="url">(.*?)</p>', page, re.S)
     assert line, page
     if linked:

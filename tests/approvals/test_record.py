@@ -133,8 +133,8 @@ def test_an_empty_answer_to_a_question_is_refused(reviewer):
 
 
 def test_the_two_call_form_offers_no_typed_result_for_a_call_that_runs(reviewer):
-    _run, _request = two_call_run(reviewer)
-    html = session_client(reviewer).get("/").content.decode()
+    _run, request = two_call_run(reviewer)
+    html = session_client(reviewer).get(f"/?r={request.request_id}").content.decode()
     assert 'name="output.call_email"' in html
     assert 'name="output.call_refund"' not in html  # refund has an executor
 
@@ -144,7 +144,9 @@ def test_an_agent_that_allows_it_takes_a_typed_result_for_a_call_that_runs(
 ):
     run = start_and_halt(user=reviewer, agent=typed_output_agent, prompt="Refund A-7 $5")
     request = pending(run)
-    assert 'name="output.call_refund"' not in session_client(reviewer).get("/").content.decode()
+    page = session_client(reviewer).get(f"/?r={request.request_id}").content.decode()
+    assert 'data-request-id="' + request.request_id in page  # the card is open
+    assert 'name="output.call_refund"' not in page
     response = post_json(
         session_client(reviewer),
         f"/api/requests/{request.request_id}/answer",
@@ -339,9 +341,14 @@ def test_question_answers_read_as_answers_on_the_run_page_and_the_card(reviewer)
 
 
 def test_a_pending_question_prints_its_text_once(reviewer):
-    start_and_halt(user=reviewer, prompt="ask a question")
-    html = session_client(reviewer).get("/").content.decode()
-    assert html.count("Which plan should the customer move to?") == 1
+    run = start_and_halt(user=reviewer, prompt="ask a question")
+    html = session_client(reviewer).get(f"/?r={pending(run).request_id}").content.decode()
+    # the card, open in the detail pane (the list's row and the transcript show it too)
+    card = re.search(
+        r'<article id="request-\d+"[^>]*class="card state-pending".*?</article>', html, re.S
+    )
+    assert card, html
+    assert card.group(0).count("Which plan should the customer move to?") == 1
 
 
 # -- 10. every request has a full page -------------------------------------------------------
@@ -405,7 +412,7 @@ def test_approving_an_irreversible_approval_asks_for_confirmation_first(reviewer
     run = start_and_halt(user=reviewer, prompt="Delete account acct-42")
     request = pending(run)
     client = session_client(reviewer)
-    html = client.get("/").content.decode()
+    html = client.get(f"/?r={request.request_id}").content.decode()
     assert "hx-confirm=" in html
     response = client.post(f"/requests/{request.request_id}/approve/")
     assert response.status_code == 200
@@ -433,8 +440,8 @@ def test_cancelling_a_run_asks_for_confirmation_first(reviewer):
 
 
 def test_the_badge_and_the_filter_use_the_same_label(reviewer):
-    start_and_halt(user=reviewer, prompt="Refund A-1001 $250")
-    html = session_client(reviewer).get("/").content.decode()
+    run = start_and_halt(user=reviewer, prompt="Refund A-1001 $250")
+    html = session_client(reviewer).get(f"/?r={pending(run).request_id}").content.decode()
     assert '<span class="badge kind-tool_call">relay call</span>' in html
     assert '<option value="tool_call" >relay call</option>' in html
 
@@ -446,7 +453,12 @@ def test_a_hostile_account_in_an_approval_title_is_escaped_on_the_page_and_in_pu
     run = start_and_halt(user=reviewer, prompt=f"Delete account {HOSTILE}")
     request = pending(run)
     assert HOSTILE in request.prompt  # the title is the request's own prompt
-    for path in ("/", f"/runs/{run.pk}/", f"/requests/{request.request_id}/"):
+    for path in (
+        "/",
+        f"/?r={request.request_id}",
+        f"/runs/{run.pk}/",
+        f"/requests/{request.request_id}/",
+    ):
         html = session_client(reviewer).get(path).content.decode()
         assert HOSTILE not in html, path
         assert "&lt;img src=x onerror=window.__xss=1&gt;" in html, path
@@ -463,8 +475,8 @@ def test_a_hostile_account_in_an_approval_title_is_escaped_on_the_page_and_in_pu
 
 
 def test_cards_and_buttons_have_names_that_say_what_they_act_on(reviewer):
-    start_and_halt(user=reviewer, prompt="Refund A-2002 $40")
-    html = session_client(reviewer).get("/").content.decode()
+    run = start_and_halt(user=reviewer, prompt="Refund A-2002 $40")
+    html = session_client(reviewer).get(f"/?r={pending(run).request_id}").content.decode()
     assert 'aria-label="relay call from demo: refund A-2002, 40"' in html
     assert re.search(r"Approve<span class=\"visually-hidden\"> refund A-2002</span>", html)
     assert re.search(r"Decline<span class=\"visually-hidden\"> refund A-2002</span>", html)

@@ -119,7 +119,7 @@ def test_user_without_permissions_gets_403_on_the_inbox():
 def test_watcher_sees_the_inbox_but_cannot_decide(halted):
     _, row = halted
     client = session_client(make_user(role="watcher"))
-    page = client.get("/")
+    page = client.get(f"/?r={row.request_id}")  # the selected request, in the detail pane
     assert page.status_code == 200
     html = page.content.decode()
     assert f'id="request-{row.pk}"' in html
@@ -273,7 +273,7 @@ def test_hostile_html_in_prompt_arguments_and_reason_is_escaped(reviewer, mock_a
     row = pending(fresh(run))
     client = session_client(reviewer)
 
-    inbox = client.get("/").content.decode()
+    inbox = client.get(f"/?r={row.request_id}").content.decode()
     assert HOSTILE_SCRIPT not in inbox
     assert HOSTILE_IMG not in inbox
     assert ESCAPED_IMG in inbox  # the prompt
@@ -301,7 +301,7 @@ def test_hostile_html_in_prompt_arguments_and_reason_is_escaped(reviewer, mock_a
 def test_edit_preview_shows_a_diff_then_approve_runs_the_edited_arguments(reviewer, halted):
     run, row = halted
     client = session_client(reviewer)
-    inbox = client.get("/").content.decode()
+    inbox = client.get(f"/?r={row.request_id}").content.decode()
     assert url(row, "edit") in inbox
     assert 'name="field.amount"' in inbox
 
@@ -418,7 +418,7 @@ def two_calls(reviewer):
 
 def test_two_call_card_offers_a_decision_per_call(reviewer, two_calls):
     _, row = two_calls
-    html = session_client(reviewer).get("/").content.decode()
+    html = session_client(reviewer).get(f"/?r={row.request_id}").content.decode()
     assert url(row, "calls") in html
     for name in [
         "decision.call_refund",
@@ -513,7 +513,7 @@ def test_question_answer_flow(reviewer):
     row = pending(run)
     assert row.kind == "question"
     client = session_client(reviewer)
-    html = client.get("/").content.decode()
+    html = client.get(f"/?r={row.request_id}").content.decode()
     assert url(row, "respond") in html
     assert "Which plan should the customer move to?" in html
     assert 'name="q.0" value="pro"' in html
@@ -698,7 +698,8 @@ def _halt_many(user, n: int, prompt: str = "Refund order A-{i:04d}, $5") -> list
 
 
 def _card_ids(html: str) -> list[str]:
-    return re.findall(r'<article id="request-(\d+)" class="card', html)
+    """The inbox's rows (one per request; the selected one's card is in the detail pane)."""
+    return re.findall(r'<li id="row-(\d+)"', html)
 
 
 def test_inbox_filters_by_kind_agent_and_state(reviewer, halted):
@@ -723,7 +724,7 @@ def test_inbox_filters_by_kind_agent_and_state(reviewer, halted):
     empty = client.get("/?agent=other").content.decode()
     assert "No requests match these filters" in empty
     # the live socket gets the same filters
-    assert 'ws-connect="/ws/inbox/?agent=other&amp;state=pending&amp;page=1"' in empty
+    assert 'ws-connect="/ws/inbox/?agent=other&amp;page=1"' in empty
 
 
 def test_inbox_paginates_after_twenty(reviewer):
@@ -751,7 +752,7 @@ def test_inbox_with_htmx_answers_only_the_request_list(reviewer, halted):
     html = response.content.decode()
     assert "<html" not in html
     assert html.lstrip().startswith('<section id="request-list"')
-    assert f'id="request-{row.pk}"' in html
+    assert f'id="row-{row.pk}"' in html
     assert "HX-Request" in response.get("Vary", "")
 
 

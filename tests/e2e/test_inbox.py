@@ -63,8 +63,21 @@ def halted_run(api: httpx.Client, prompt: str) -> tuple[int, str]:
     return run_id, run["pending"]["request"]["id"]
 
 
+def row_of(page: Page, request_id: str) -> Locator:
+    """The request's row in the inbox list."""
+    return page.locator(f'#request-rows li.row[data-request-id="{request_id}"]')
+
+
 def card_of(page: Page, request_id: str) -> Locator:
-    return page.locator(f'article.card[data-request-id="{request_id}"]')
+    """The request's card. In the inbox (a list and a detail pane) the card shows once its
+    row is selected: unless the pane shows it already, wait for the row (it may arrive live)
+    and click it, as a reviewer does. Elsewhere (a run's page, a request's page) the card."""
+    card = page.locator(f'article.card[data-request-id="{request_id}"]')
+    if page.locator("#request-rows").count() and not card.count():
+        row_of(page, request_id).locator("a.row-link").click(timeout=WAIT * 1000)
+        expect(card).to_have_count(1)
+        expect(page).to_have_url(re.compile(rf"[?&]r={re.escape(request_id)}(&|$)"))
+    return card
 
 
 def tag() -> str:
@@ -114,8 +127,10 @@ def test_two_reviewers_see_a_request_live_and_a_decline_reaches_the_model(
     card_a.locator("textarea[name=reason]").fill(reason)
     card_a.get_by_role("button", name=BUTTON["Decline"]).click()
 
-    expect(card_b).to_have_count(0, timeout=5_000)  # dropped live from B's pending inbox
+    # dropped live from B's pending list; B's open card says who decided
+    expect(row_of(page_b, request_id)).to_have_count(0, timeout=5_000)
     expect(page_b.locator("#toasts")).to_contain_text("declined by reviewer")
+    expect(card_b.locator(".decided")).to_contain_text("Declined by reviewer")
     shoot(page_b, "2-card-gone-b")
 
     page_a.goto(app.url(f"/runs/{run_id}/"))
@@ -288,9 +303,12 @@ def test_the_whole_flow_works_without_javascript(app, contexts, shoot):
     run_id = int(re.search(r"/runs/(\d+)/$", page.url).group(1))
 
     page.goto(app.url("/"))
-    cards = page.locator("article.card").filter(has_text=prompt)
-    reload_until(page, cards, prompt)
-    card = cards.first
+    link = page.locator(f'#request-rows a.row-link[title="{prompt}"]')
+    reload_until(page, link, "ago")  # its row: agent, tool, arguments, age
+    link.first.click()  # a plain link: the page with the request selected
+    page.wait_for_load_state()
+    card = page.locator("#detail article.card")
+    expect(card).to_contain_text(prompt)
     shoot(page, "1-card")
 
     reason = f"customer already got store credit {tag()}"
@@ -299,7 +317,8 @@ def test_the_whole_flow_works_without_javascript(app, contexts, shoot):
     page.wait_for_load_state()
     expect(page.locator("#toasts")).to_contain_text("Declined.")
     assert urlpath(page.url) == "/"
-    expect(page.locator("article.card").filter(has_text=prompt)).to_have_count(0)
+    expect(link).to_have_count(0)  # no longer in the pending list
+    expect(page.locator("#detail .decided")).to_contain_text("Declined by reviewer")
     shoot(page, "2-flash")
 
     page.goto(app.url(f"/runs/{run_id}/"))
@@ -352,10 +371,25 @@ def test_phone_sized_inbox_has_no_horizontal_scrolling(app, api, contexts, shoot
     )
     two_calls, _ = halted_run(api, f"Refund order A-1006 $30 and email the customer ({tag()})")
     open_inbox(page, app)
-    expect(card_of(page, request_id)).to_be_visible()
+    # two screens: the list first (no detail pane) ...
+    expect(row_of(page, request_id)).to_be_visible()
+    expect(page.locator("#detail")).to_be_hidden()
     shoot(page, "inbox")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the inbox is {width}px wide on a 390px screen"
+    # ... then the request, without the list, and back
+    for step, request in (("detail-one-call", request_id), ("detail-two-calls", None)):
+        if request is None:
+            request = api.get(f"/api/runs/{two_calls}").json()["pending"]["request"]["id"]
+        card = card_of(page, request)
+        expect(card).to_be_visible()
+        expect(page.locator("#request-list")).to_be_hidden()
+        shoot(page, step)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the request is {width}px wide on a 390px screen"
+        page.get_by_role("link", name="Back to list").click()
+        expect(row_of(page, request)).to_be_visible()
+        expect(page.locator("#detail")).to_be_hidden()
 
     for step, run in (("run-one-call", run_id), ("run-two-calls", two_calls)):
         page.goto(app.url(f"/runs/{run}/"))

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from .conftest import WAIT, App
-from .test_inbox import card_of, halted_run, open_inbox, tag
+from .test_inbox import card_of, halted_run, open_inbox, row_of, tag
 
 pytestmark = pytest.mark.e2e
 
@@ -137,10 +137,11 @@ def test_your_own_decline_is_confirmed_as_yours_and_focus_moves_on(
     colleague = login(contexts(), app, "reviewer2")
     for p in (page, other_tab, colleague):
         open_inbox(p, app)
+    expect(row_of(page, older)).to_be_visible()
     card = card_of(page, newer)
     expect(card).to_be_visible()
-    expect(card_of(page, older)).to_be_visible()
     dom_id = card.get_attribute("id")
+    row_id = dom_id.replace("request-", "row-")
 
     reason = f"the customer's duplicate of an <b>earlier</b> refund {tag()}"  # shown as text
     reason_box(card).fill(reason)
@@ -156,12 +157,12 @@ def test_your_own_decline_is_confirmed_as_yours_and_focus_moves_on(
         while not held:
             page.wait_for_timeout(20)
         response = held[0].fetch()
-        wait_logged(page, f'<div id="{dom_id}" hx-swap-oob="delete">')
+        wait_logged(page, f'<div id="{row_id}" hx-swap-oob="delete">')
         expect(card).to_be_visible()  # the deciding tab waits for its own answer
         held[0].fulfill(response=response)
     else:
         expect(card).to_have_count(0)
-        wait_logged(page, f'<div id="{dom_id}" hx-swap-oob="delete">')  # queued, not delivered
+        wait_logged(page, f'<div id="{row_id}" hx-swap-oob="delete">')  # queued, not delivered
         page.evaluate("window.__ws.release()")
 
     toasts = page.locator("#toasts")
@@ -170,36 +171,41 @@ def test_your_own_decline_is_confirmed_as_yours_and_focus_moves_on(
     page.wait_for_timeout(500)  # anything late would have arrived by now
     assert "Already" not in toasts.inner_text()
     expect(toasts.get_by_text(f"You declined: {reason}")).to_have_count(1)
+    # the next row opens by itself, and has the focus
+    expect(card_of(page, older)).to_be_visible()
+    expect(row_of(page, newer)).to_have_count(0)
+    expect(page).to_have_url(re.compile(rf"[?&]r={older}"))
     assert focused_request_id(page) == older
     shoot(page, "deciding-tab")
 
-    expect(card_of(other_tab, newer)).to_have_count(0)
+    expect(row_of(other_tab, newer)).to_have_count(0)
     expect(other_tab.locator("#toasts")).to_contain_text(f"You declined: {reason}")
     assert "Already" not in other_tab.locator("#toasts").inner_text()
-    expect(card_of(colleague, newer)).to_have_count(0)
+    expect(row_of(colleague, newer)).to_have_count(0)
     expect(colleague.locator("#toasts")).to_contain_text("Already declined by reviewer")
 
     row = wait_decided(api, newer)
     assert (row["state"], row["decision"]["reason"]) == ("declined", reason)
 
 
-def test_deciding_the_last_card_moves_focus_to_the_list(app, api, contexts):
+def test_deciding_the_last_request_keeps_its_card_with_the_outcome(app, api, contexts):
+    """With no other row left to open, the decided card stays, saying what happened, and
+    keeps the focus; its row leaves the pending list."""
     context = contexts()
     page = login(context, app, "reviewer", hold=True)
     open_inbox(page, app)
     wait_js(page, "() => window.__ws.queue.length >= 1")  # the snapshot
     page.evaluate("window.__ws.release()")
-    # only the new card will be on this page
-    page.evaluate(
-        "document.querySelectorAll('#request-cards article.card').forEach(c => c.remove())"
-    )
+    # only the new request's row will be on this page
+    page.evaluate("document.querySelectorAll('#request-rows li.row').forEach(r => r.remove())")
     _, request_id = halted_run(api, f"Refund order A-3003, $30 (last {tag()})")
     card = card_of(page, request_id)
     expect(card).to_be_visible()
     decline_button(card).click()
     expect(page.locator("#toasts")).to_contain_text("You declined")
-    expect(card).to_have_count(0)
-    assert page.evaluate("document.activeElement.id") in ("request-list", "inbox-empty")
+    expect(card.locator(".decided")).to_contain_text("Declined by reviewer")
+    expect(row_of(page, request_id)).to_have_count(0)
+    assert focused_request_id(page) == request_id
 
 
 # -- 7. live updates never replace what a reviewer typed ----------------------------------
@@ -327,7 +333,7 @@ def test_signing_out_ends_the_live_inbox_and_a_click_says_signed_out(app, api, c
     # nothing live reaches a signed-out tab any more
     _, later = halted_run(api, f"Refund order A-3202, $36 (after sign-out {tag()})")
     page.wait_for_timeout(1000)
-    expect(card_of(page, later)).to_have_count(0)
+    expect(row_of(page, later)).to_have_count(0)
 
     decline_button(card).click()
     expect(banner.get_by_role("link", name="sign in again")).to_be_visible()
@@ -413,7 +419,7 @@ def test_a_watchers_forbidden_action_names_the_missing_permission(app, api, cont
 
 OVERLAPS = """
 () => {
-  const first = document.querySelector('#request-cards article.card');
+  const first = document.querySelector('#detail article.card');
   const boxes = (els) => Array.from(els).map((el) => el.getBoundingClientRect())
     .filter((r) => r.width > 0 && r.height > 0)
     .map((r) => ({ left: r.left, top: r.top, right: r.right, bottom: r.bottom }));
@@ -442,7 +448,7 @@ def test_a_toast_never_covers_the_first_cards_controls(app, api, contexts, shoot
     expect(page.locator("#toasts .toast").first).to_be_visible()
     assert page.evaluate("window.scrollY") == 0
     assert (
-        page.evaluate("document.querySelector('#request-cards article.card').dataset.requestId")
+        page.evaluate("document.querySelector('#detail article.card').dataset.requestId")
         == request_id
     )
     shoot(page, "toast")

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from .conftest import WAIT
-from .test_inbox import BUTTON, card_of, halted_run, login, open_inbox, tag, wait_run
+from .test_inbox import BUTTON, card_of, halted_run, login, open_inbox, row_of, tag, wait_run
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,8 @@ def test_a_reviewer_answers_an_mcp_servers_question_in_the_inbox(app, api, conte
 
     card.get_by_label("Party size").fill("4")
     card.get_by_role("button", name=re.compile(r"^Send answer")).click()
-    expect(card).to_have_count(0, timeout=5_000)  # decided: gone from the pending inbox
+    # decided: gone from the pending list
+    expect(row_of(page, request_id)).to_have_count(0, timeout=5_000)
     run = wait_run(api, run_id, "done")
     assert "Booked a table for 4 at Trattoria Demo, 20:00, under Ada Lovelace" in run["text"]
 
@@ -79,7 +80,7 @@ def test_a_reviewer_declines_an_mcp_servers_question_and_the_server_hears_declin
     expect(card).to_contain_text("the server is told “decline”")
     card.locator("textarea[name=reason]").fill("we do not book for unnamed guests")
     card.get_by_role("button", name=BUTTON["Decline"]).click()
-    expect(card).to_have_count(0, timeout=5_000)
+    expect(row_of(page, request_id)).to_have_count(0, timeout=5_000)
 
     run = wait_run(api, run_id, "done")
     # the server's own result says what it was answered: `decline` (not `cancel`)

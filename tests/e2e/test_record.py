@@ -228,6 +228,7 @@ def test_cards_and_buttons_are_named_for_screen_readers(app, api, contexts):
     _, request_id = halted_run(api, f"Refund order A-2099, $7 ({tag()})")
     page = login(contexts(), app, "reviewer")
     open_inbox(page, app)
+    card_of(page, request_id)  # selected: its card in the detail pane
     card = page.get_by_role("article", name="relay call from demo: refund A-2099, 7")
     expect(card).to_have_attribute("data-request-id", request_id)
     expect(card.get_by_role("button", name="Approve refund A-2099")).to_be_visible()

@@ -52,7 +52,8 @@ def _frames_until(ws, needle: str, timeout: float) -> tuple[bool, list[str]]:
 
 
 def _card(pk: int) -> str:
-    return f'id="request-{pk}"'
+    """A request's row in the inbox's list (its card shows only when it is opened)."""
+    return f'id="row-{pk}"'
 
 
 def test_decisions_work_while_redis_is_down_and_the_inbox_heals_after(stack):

@@ -1,4 +1,15 @@
 // Small progressive enhancements; every page works without this file.
+//
+// The inbox (approvals/inbox.html) is a list of rows (#request-rows li.row) and a detail
+// pane (#detail) showing the selected request (`r=` in the URL). This file exposes
+//   window.toolnexusInbox (also window.approvalsInbox) = {
+//     select(requestId)      open that request in the detail pane (URL pushed, like a click),
+//     selectNext(requestId)  open the row after that one (else the one before); false if none,
+//     selected()             the request id the detail pane shows ("" for none),
+//     advancesAfterDecision: true   after a decision in the pane this file opens the next row
+//   }
+// and tells the live socket which request the pane shows ({"viewing": id} frames, repeated
+// while it stays open) so other reviewers read "(reviewer2 is viewing)".
 (function () {
   "use strict";
 
@@ -404,12 +415,15 @@
     var outcome = wasDeciding ? d.xhr.getResponseHeader("X-Toolnexus-Outcome") : null;
     if (outcome === "success" || outcome === "warning") {
       decidedHere[id] = true;
-      if (fresh.closest("#request-cards")) {
-        var next = nextCard(fresh);
-        // The state from the answer's header: until htmx settles, the fresh card still
-        // wears the old one's attributes.
-        if (!listShows(d.xhr.getResponseHeader("X-Toolnexus-State"))) fresh.remove();
-        focusCard(next || (fresh.isConnected ? fresh : listFallback()));
+      if (fresh.closest("#detail")) {
+        // The row leaves a list that no longer shows it (the state from the answer's
+        // header: until htmx settles, the fresh card still wears the old one's attributes),
+        // and the next row opens; with none left the decided card stays, saying the outcome.
+        var requestId = fresh.dataset.requestId;
+        var row = rowOf(requestId);
+        var at = row ? rows().indexOf(row) : -1;
+        if (row && !listShows(d.xhr.getResponseHeader("X-Toolnexus-State"))) row.remove();
+        if (!inbox.selectNext(requestId, at)) focusCard(fresh);
         return;
       }
     } else if (outcome === "error" && carried[id]) {
@@ -419,6 +433,110 @@
     delete carried[id];
     focusCard(fresh);  // keep keyboard focus on the card that changed
   });
+
+  // -- the inbox: list and detail ----------------------------------------------------------------
+
+  var socket = null;        // the live socket's wrapper (htmx ws extension), once open
+  var viewingSent = null;   // the request id last told to the socket
+  var PRESENCE_EVERY = 25000;
+
+  function rows() { return Array.prototype.slice.call(document.querySelectorAll("#request-rows li.row")); }
+  function rowOf(id) {
+    return rows().filter(function (r) { return r.dataset.requestId === id; })[0] || null;
+  }
+  function detailPane() { return document.getElementById("detail"); }
+  function selectedId() {
+    var pane = detailPane();
+    return (pane && pane.dataset.selected) || "";
+  }
+
+  function tellViewing(force) {
+    var id = selectedId();
+    if (!socket || (!force && id === viewingSent)) return;
+    viewingSent = id;
+    try { socket.send(JSON.stringify({ viewing: id })); } catch (err) { /* reconnecting */ }
+  }
+  setInterval(function () { if (selectedId()) tellViewing(true); }, PRESENCE_EVERY);
+
+  // The page follows the detail pane: the selected row, the phone's two screens, the socket.
+  function syncSelection() {
+    var box = document.getElementById("inbox");
+    if (!box) return;
+    var id = selectedId();
+    if (box.dataset.selected !== id) box.dataset.selected = id;
+    box.classList.toggle("has-selection", !!id);
+    rows().forEach(function (r) {
+      if (r.dataset.requestId === id) r.setAttribute("aria-current", "true");
+      else r.removeAttribute("aria-current");
+    });
+    tellViewing(false);
+  }
+
+  function withSelection(id) {
+    var params = new URLSearchParams(location.search);
+    if (id) params.set("r", id); else params.delete("r");
+    params.delete("page");
+    var query = params.toString();
+    return location.pathname + (query ? "?" + query : "");
+  }
+
+  var inbox = {
+    advancesAfterDecision: true,
+    selected: selectedId,
+    select: function (id) {
+      if (!detailPane() || !window.htmx) return false;
+      var row = rowOf(id), link = row && row.querySelector("a.row-link");
+      if (link) { link.click(); return true; }
+      var url = withSelection(id);
+      htmx.ajax("GET", url, { target: "#detail", swap: "outerHTML" }).then(function () {
+        history.pushState({ htmx: true }, "", url);
+      });
+      return true;
+    },
+    selectNext: function (id, at) {
+      var list = rows().filter(function (r) { return r.dataset.requestId !== id && !r.classList.contains("kb-gone"); });
+      if (!list.length) return false;
+      if (at === undefined || at < 0) {
+        var all = rows(), row = rowOf(id);
+        at = row ? all.indexOf(row) : 0;
+      }
+      var next = list[Math.min(Math.max(at, 0), list.length - 1)];
+      inbox.select(next.dataset.requestId);
+      return true;
+    },
+  };
+  window.toolnexusInbox = window.approvalsInbox = inbox;
+
+  document.addEventListener("htmx:wsOpen", function (e) {
+    if (!e.target || e.target.id !== "live" || !e.detail) return;
+    socket = e.detail.socketWrapper;
+    tellViewing(true);
+  });
+
+  document.addEventListener("htmx:afterSettle", function (e) {
+    var t = e.detail && e.detail.target;
+    syncSelection();
+    if (t && t.id === "detail" && !inLiveMessage) {
+      // the pane as it is now (an outerHTML swap replaced the element the event names)
+      var pane = detailPane();
+      var card = pane && pane.querySelector("article.card");
+      focusCard(card || pane);
+      // Phones: the detail is a screen of its own (app.css), shown from its top.
+      if (window.matchMedia && window.matchMedia("(max-width: 52rem)").matches) window.scrollTo(0, 0);
+    }
+  });
+  document.addEventListener("htmx:historyRestore", syncSelection);
+  window.addEventListener("popstate", function () { setTimeout(syncSelection, 0); });
+  document.addEventListener("htmx:wsAfterMessage", function (e) {
+    syncSelection();
+    // A snapshot (on connect or reconnect): ask again for the shown request, in case it was
+    // decided while this page was not live.
+    var message = e.detail && e.detail.message;
+    if (socket && selectedId() && typeof message === "string" && message.indexOf('id="request-list"') >= 0) {
+      try { socket.send(JSON.stringify({ viewing: selectedId(), resync: true })); } catch (err) { /* closed */ }
+    }
+  });
+  document.addEventListener("DOMContentLoaded", syncSelection);
 
   // -- failures: offline, server errors, not allowed, signed out --------------------------------
 

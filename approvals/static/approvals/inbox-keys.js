@@ -1,0 +1,678 @@
+// The triage inbox from the keyboard, bulk selection, claims, and alerts (issue 14).
+// Every page works without this file; it only adds:
+// - keys (the list is in #keys-help, "?"): j/k move the cursor over the rows, Enter opens,
+//   a approves (or goes to the typed result a request needs), d goes to the decline reason
+//   (Enter sends it, Shift+Enter is a new line), e edits the arguments, r goes to the typed
+//   result or answer, c claims / releases, x selects for a bulk decision, / searches,
+//   ? lists the keys, Esc closes the list or leaves a text field. Keys never fire while
+//   typing in a field. After a decision the next request opens by itself: clearing a queue
+//   takes one key per approval;
+// - bulk selection: shift-click selects a range of checkboxes; the selection survives live
+//   updates of the list;
+// - taking over: deciding a request another reviewer claimed asks first (the claim bar,
+//   #claim-bar-<pk>[data-claimed-by], says who holds it) and posts `takeover=1`;
+// - the page title "(N) Inbox" from #request-count[data-pending] (else [data-count]);
+// - opt-in browser notifications (the Notification API) for requests that arrive live while
+//   the tab is hidden, and an opt-in beep (WebAudio, no file), both kept in localStorage.
+// It opens requests through app.js's window.toolnexusInbox.select (else a row's link) and
+// leaves opening the next one after a decision to app.js when it says so
+// (`advancesAfterDecision`). The triage views answer with HX-Trigger events it handles:
+// toolnexus:bulk-done, toolnexus:hidden, toolnexus:unhidden, toolnexus:claimed.
+(function () {
+  "use strict";
+
+  var NOTIFY_KEY = "toolnexus.notify";
+  var SOUND_KEY = "toolnexus.sound";
+  var cursorId = null;      // request id of the row the keyboard cursor is on
+  var selected = {};        // request id -> true: rows checked for a bulk decision
+  var lastChecked = null;   // request id of the last checkbox clicked (shift-click ranges)
+  var seen = {};            // request ids of rows this page has shown (new arrivals: the rest)
+  var inLive = false;
+  var detailLoading = false;
+  var loads = 0;            // counts the detail loads this script asked for
+  var queued = null;        // a key's action waiting for the opened request to load
+  var decidingIndex = -1;   // the cursor's row index when a decision was sent
+  var viewer = "";
+
+  function $(sel, root) { return (root || document).querySelector(sel); }
+  function $$(sel, root) { return Array.prototype.slice.call((root || document).querySelectorAll(sel)); }
+  function textOf(el) { return el ? el.textContent.replace(/\s+/g, " ").trim() : ""; }
+
+  function rows() { return $$("#request-rows li.row"); }
+  function rowById(id) {
+    return rows().filter(function (r) { return r.dataset.requestId === id; })[0] || null;
+  }
+  function detailCard() { return $("#detail article.card"); }
+  function openId() {
+    var card = detailCard();
+    if (card && card.dataset.requestId) return card.dataset.requestId;
+    var current = $('#request-rows li.row[aria-current="true"]');
+    if (current) return current.dataset.requestId;
+    var inbox = document.getElementById("inbox");
+    return (inbox && inbox.dataset.selected) || null;
+  }
+
+  function appUrl(path) {
+    var frame = $(".approvals-app");
+    return ((frame && frame.dataset.appRoot) || "/") + path;
+  }
+
+  function findViewer() {
+    if (viewer) return viewer;
+    var el = $("[data-viewer]:not([data-viewer=''])");
+    viewer = (el && el.dataset.viewer) || textOf($(".approvals-app .who span"));
+    return viewer;
+  }
+
+  // -- the cursor -----------------------------------------------------------------------
+
+  function cursorRow() {
+    return (cursorId && rowById(cursorId)) || (openId() && rowById(openId())) || rows()[0] || null;
+  }
+
+  function setCursor(row, scroll) {
+    $$("#request-rows li.row.kb-cursor").forEach(function (r) { if (r !== row) r.classList.remove("kb-cursor"); });
+    if (!row) { cursorId = null; return; }
+    row.classList.add("kb-cursor");
+    cursorId = row.dataset.requestId;
+    if (scroll !== false) row.scrollIntoView({ block: "nearest" });
+  }
+
+  function move(step) {
+    queued = null;  // a field key pressed before is forgotten once the cursor moves
+    var list = rows();
+    if (!list.length) return;
+    var at = list.indexOf(cursorRow());
+    var next = list[Math.max(0, Math.min(list.length - 1, at < 0 ? 0 : at + step))];
+    setCursor(next);
+  }
+
+  function openRow(row) {
+    if (!row) return;
+    setCursor(row);
+    if (row.dataset.requestId === openId() && detailCard()) return;
+    var api = window.toolnexusInbox;
+    detailLoading = true;
+    var mine = ++loads;
+    setTimeout(function () { if (mine === loads && detailLoading) { detailLoading = false; runQueued(); } }, 5000);
+    if (api && typeof api.select === "function") { api.select(row.dataset.requestId); return; }
+    var link = $("a.row-link", row);
+    if (link) link.click();
+  }
+
+  // Approving acts only on the request the reviewer sees: with the cursor on another row,
+  // a opens that one (a second a approves it); while a request loads, a does nothing.
+  function approveKey() {
+    var row = cursorRow();
+    if (row && row.dataset.requestId !== openId()) { openRow(row); return; }
+    var card = detailCard();
+    if (detailLoading || !card) return;
+    approve(card);
+  }
+
+  // A key that goes to a field of the open request (d, e, r): if the cursor is on another
+  // row, open that one first and go to the field once it has loaded.
+  function onOpen(action) {
+    var row = cursorRow();
+    if (row && row.dataset.requestId !== openId()) {
+      queued = action;
+      openRow(row);
+      return;
+    }
+    if (detailLoading || !detailCard()) { queued = action; return; }
+    action(detailCard());
+  }
+
+  function runQueued() {
+    if (!queued || detailLoading) return;
+    var card = detailCard();
+    if (!card || card.dataset.requestId !== (cursorId || card.dataset.requestId)) return;
+    var action = queued;
+    queued = null;
+    action(card);
+  }
+
+  // The next row after a decision: the row now where the decided one was, else the one
+  // before; never the decided one.
+  function advance(decidedId) {
+    var list = rows().filter(function (r) { return r.dataset.requestId !== decidedId && !r.classList.contains("kb-gone"); });
+    if (!list.length) { setCursor(null); return; }
+    var at = decidingIndex >= 0 ? decidingIndex : 0;
+    openRow(list[Math.min(at, list.length - 1)]);
+  }
+
+  // -- what the keys do on the open request ------------------------------------------------
+
+  function focusEnd(el) {
+    if (!el) return false;
+    el.focus();
+    try { if (typeof el.value === "string" && el.setSelectionRange) el.setSelectionRange(el.value.length, el.value.length); } catch (err) { /* not a text field */ }
+    return true;
+  }
+
+  function approveForm(card) {
+    return $("form.approve", card) || $$("form", card).filter(function (f) {
+      return /\/approve\/$/.test(f.getAttribute("action") || "") && !f.closest("details");
+    })[0] || null;
+  }
+
+  function answerField(card) {
+    return $('textarea[name="output"], textarea[name^="output."], [name^="q."]:not([type=hidden])', card) ||
+      $$("form", card).filter(function (f) { return /\/respond\/$/.test(f.getAttribute("action") || ""); })
+        .map(function (f) { return $("input:not([type=hidden]), textarea, select", f); })[0] || null;
+  }
+
+  function reasonBox(card) { return $("form.decline textarea[name=reason]", card); }
+
+  // htmx has not wired a freshly swapped form until it settles: a submit before that would
+  // post the plain form (a full page load). Such an action waits for the settle.
+  function wired(form) {
+    return !(form.hasAttribute("hx-post") && !form["htmx-internal-data"]);
+  }
+
+  // Run `fn` once htmx has wired `form` (a few frames after a swap), within 3 s.
+  function whenWired(form, fn, tries) {
+    if (wired(form)) { fn(); return; }
+    if ((tries || 0) > 150 || !form.isConnected) return;
+    setTimeout(function () { whenWired(form, fn, (tries || 0) + 1); }, 20);
+  }
+
+  function approve(card) {
+    if (card.dataset.deciding) return;  // a decision on it is on its way: never a second one
+    var form = approveForm(card);
+    if (form) { whenWired(form, function () { submit(form); }); return; }
+    focusEnd(answerField(card));
+  }
+
+  function submit(form) {
+    if (form.dataset.sending) return;
+    if (typeof form.requestSubmit === "function") form.requestSubmit();
+    else form.dispatchEvent(new Event("submit", { bubbles: true, cancelable: true }));
+  }
+
+  function decline(card) { focusEnd(reasonBox(card)); }
+
+  function edit(card) {
+    var details = $("details.edit", card);
+    if (!details) return;
+    details.open = true;
+    focusEnd($("input:not([type=hidden]), textarea, select", details));
+  }
+
+  function respond(card) { focusEnd(answerField(card) || reasonBox(card)); }
+
+  function claim() {
+    var row = cursorRow();
+    var id = row ? row.dataset.requestId : openId();
+    if (!id) return;
+    var bar = $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]');
+    var button = bar && $("button.claim-toggle", bar);
+    if (button) { whenWired(button.form, function () { button.click(); }); return; }
+    if (window.htmx) htmx.ajax("POST", appUrl("requests/" + encodeURIComponent(id) + "/claim/"), { source: row || document.body, swap: "none" });
+  }
+
+  function toggleSelect() {
+    var row = cursorRow();
+    var box = row && $("input.row-select", row);
+    if (box) box.click();
+  }
+
+  function search() {
+    var box = document.getElementById("inbox-search");
+    if (box) { box.focus(); if (box.select) box.select(); }
+  }
+
+  function help() {
+    var dialog = document.getElementById("keys-help");
+    if (dialog && !dialog.open && dialog.showModal) dialog.showModal();
+  }
+
+  // -- the key handler ------------------------------------------------------------------------
+
+  function isTyping(el) {
+    if (!el || el === document.body) return false;
+    if (el.isContentEditable) return true;
+    if (el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    if (el.tagName !== "INPUT") return false;
+    return !/^(checkbox|radio|button|submit|reset|image|hidden|range|color|file)$/.test(el.type);
+  }
+
+  function isControl(el) {
+    return !!(el && el.closest && el.closest("a[href], button, summary, input, select, textarea, label"));
+  }
+
+  // Enter sends a decline reason or a typed result; Shift+Enter is a new line.
+  function sendsOnEnter(el) {
+    return el.tagName === "TEXTAREA" && !!el.closest("#detail article.card") &&
+      (el.name === "reason" || el.name === "output" || el.name.indexOf("output.") === 0) &&
+      !!el.form && !el.form.querySelector('input[type=radio][name^="decision."]');
+  }
+
+  var ACTIONS = {
+    j: function () { move(1); },
+    k: function () { move(-1); },
+    a: approveKey,
+    d: function () { onOpen(decline); },
+    e: function () { onOpen(edit); },
+    r: function () { onOpen(respond); },
+    c: claim,
+    x: toggleSelect,
+    "/": search,
+    "?": help,
+  };
+
+  document.addEventListener("keydown", function (e) {
+    if (!document.getElementById("inbox") || e.defaultPrevented || e.isComposing) return;
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    var target = e.target;
+    var dialog = document.getElementById("keys-help");
+    if (dialog && dialog.open) return;  // the dialog's own keys (Esc closes it)
+    if (isTyping(target)) {
+      if (e.key === "Escape") {
+        target.blur();
+        var card = detailCard();
+        if (card) { if (!card.hasAttribute("tabindex")) card.setAttribute("tabindex", "-1"); card.focus({ preventScroll: true }); }
+        e.preventDefault();
+      } else if (e.key === "Enter" && !e.shiftKey && sendsOnEnter(target)) {
+        e.preventDefault();
+        var form = target.form;
+        whenWired(form, function () { submit(form); });
+      }
+      return;
+    }
+    if (e.key === "Enter") {
+      if (isControl(target)) return;  // a link or button: Enter activates it as usual
+      e.preventDefault();
+      openRow(cursorRow());
+      return;
+    }
+    if (e.key === "Escape") {
+      var result = document.getElementById("bulk-result");
+      if (result && result.firstElementChild) result.textContent = "";
+      return;
+    }
+    var action = ACTIONS[e.key];
+    if (!action) return;
+    e.preventDefault();
+    action();
+  });
+
+  // -- bulk selection ---------------------------------------------------------------------------
+
+  function syncSelection() {
+    var present = {};
+    rows().forEach(function (row) {
+      var box = $("input.row-select", row);
+      var id = row.dataset.requestId;
+      present[id] = true;
+      if (box) box.checked = !!selected[id];
+      row.classList.toggle("is-selected", !!selected[id]);
+    });
+    Object.keys(selected).forEach(function (id) { if (!present[id]) delete selected[id]; });
+    var count = document.getElementById("bulk-count");
+    var all = document.getElementById("bulk-all");
+    if (!count) return;
+    var n = Object.keys(selected).length;
+    var form = document.getElementById("bulk-form");
+    if (form) form.classList.toggle("has-selection", n > 0 || !!(all && all.checked));
+    if (all && all.checked) count.textContent = "All matching requests selected";
+    else count.textContent = n ? n + " selected" : "None selected (x selects)";
+  }
+
+  document.addEventListener("click", function (e) {
+    var box = e.target;
+    if (!box.matches || !box.matches("input.row-select")) return;
+    var row = box.closest("li.row");
+    if (!row) return;
+    var id = row.dataset.requestId;
+    if (e.shiftKey && lastChecked && lastChecked !== id) {
+      var list = rows(), from = list.indexOf(rowById(lastChecked)), to = list.indexOf(row);
+      if (from >= 0 && to >= 0) {
+        list.slice(Math.min(from, to), Math.max(from, to) + 1).forEach(function (r) {
+          if (box.checked) selected[r.dataset.requestId] = true;
+          else delete selected[r.dataset.requestId];
+        });
+      }
+    }
+    if (box.checked) selected[id] = true; else delete selected[id];
+    lastChecked = id;
+    setCursor(row, false);
+    syncSelection();
+  });
+
+  document.addEventListener("change", function (e) {
+    var el = e.target;
+    if (el.id === "bulk-all") syncSelection();
+    if (el.matches && el.matches(".snooze select[name=for]") && el.value === "minutes") {
+      var minutes = el.form && el.form.querySelector("input[name=minutes]");
+      if (minutes) minutes.focus();
+    }
+  });
+
+  document.addEventListener("input", function (e) {
+    var el = e.target;
+    if (el.matches && el.matches(".snooze input[name=minutes]") && el.form) {
+      var choice = el.form.querySelector("select[name=for]");
+      if (choice && el.value) choice.value = "minutes";
+    }
+  });
+
+  document.addEventListener("click", function (e) {
+    var t = e.target.closest ? e.target.closest("[data-dismiss-bulk], [data-keys-help]") : null;
+    if (!t) return;
+    if (t.hasAttribute("data-keys-help")) { help(); return; }
+    var result = document.getElementById("bulk-result");
+    if (result) result.textContent = "";
+  });
+
+  // The list again after a bulk decision (the decided rows leave it); the result stays
+  // (#bulk-result is hx-preserve).
+  document.addEventListener("toolnexus:bulk-done", function (e) {
+    var done = (e.detail && e.detail.done) || [];
+    done.forEach(function (id) {
+      delete selected[id];
+      var row = rowById(id);
+      if (row && !listShowsDecided()) row.classList.add("kb-gone");
+    });
+    var all = document.getElementById("bulk-all");
+    if (all) all.checked = false;
+    syncSelection();
+    // The list again at the page's own URL (filters, page and selection kept).
+    if (window.htmx && document.getElementById("request-list")) {
+      htmx.ajax("GET", location.pathname + location.search, { target: "#request-list", swap: "outerHTML" });
+    }
+  });
+
+  function listShowsDecided() {
+    var state = new URLSearchParams(location.search).get("state") || "pending";
+    return state !== "pending";
+  }
+
+  // Snoozed or ignored: it leaves this reviewer's list (un-hidden: leaves the list of hidden
+  // ones), the next request opens.
+  function leaves(hiddenOnly) {
+    return function (e) {
+      var id = e.detail && e.detail.id;
+      var listsHidden = new URLSearchParams(location.search).get("hidden") === "only";
+      if (id && listsHidden === hiddenOnly) leave(id);
+    };
+  }
+  document.addEventListener("toolnexus:hidden", leaves(false));
+  document.addEventListener("toolnexus:unhidden", leaves(true));
+
+  function leave(id) {
+    var row = rowById(id);
+    var list = rows();
+    decidingIndex = row ? list.indexOf(row) : -1;
+    if (row) row.classList.add("kb-gone");
+    delete selected[id];
+    syncSelection();
+    advance(id);
+    if (row) row.remove();
+  }
+
+  // -- taking over a claim, and a decision's aftermath ------------------------------------------
+
+  function claimHolder(requestId) {
+    var bar = $('.claim-bar[data-request-id="' + CSS.escape(requestId) + '"]');
+    var holder = bar ? bar.dataset.claimedBy : "";
+    var me = (bar && bar.dataset.viewer) || findViewer();
+    return holder && holder !== me ? holder : "";
+  }
+
+  function hidden(form, name, value) {
+    var input = form.querySelector('input[type=hidden][name="' + name + '"]');
+    if (!input) {
+      input = document.createElement("input");
+      input.type = "hidden";
+      input.name = name;
+      form.appendChild(input);
+    }
+    input.value = value;
+  }
+
+  document.addEventListener("htmx:confirm", function (e) {
+    var d = e.detail, form = d && d.elt;
+    if (!form || !form.closest || (d.verb || "").toLowerCase() !== "post") return;
+    var card = form.closest("article.card");
+    if (!card || !card.dataset.requestId || form.querySelector("input[name=takeover]")) return;
+    var holder = claimHolder(card.dataset.requestId);
+    if (!holder) return;
+    e.preventDefault();
+    var question = holder + " claimed this request. Take it over and decide it?";
+    if (d.question) question += "\n\n" + d.question;
+    if (!window.confirm(question)) return;
+    hidden(form, "takeover", "1");
+    d.issueRequest(true);
+  });
+
+  function decisionCard(d) {
+    var t = d && d.target;
+    return t && t.matches && t.matches("#detail article.card") ? t : null;
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var d = e.detail, card = decisionCard(d);
+    // Whoever opens a request (a click, this file, app.js after a decision), keys wait for it.
+    if (d && d.target && d.target.id === "detail") {
+      detailLoading = true;
+      var mine = ++loads;
+      setTimeout(function () { if (mine === loads && detailLoading) { detailLoading = false; runQueued(); } }, 8000);
+    }
+    if (!card || !d.requestConfig || d.requestConfig.verb !== "post") return;
+    var row = rowById(card.dataset.requestId);
+    decidingIndex = row ? rows().indexOf(row) : -1;
+  });
+
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var d = e.detail;
+    if (!d || !d.xhr || !d.target || !d.target.matches) return;
+    if (!d.successful) { if (d.target.id === "detail") detailLoading = false; return; }
+    var t = d.target, detail = document.getElementById("detail");
+    if (t.id === "detail") return;  // loaded: ready once settled (htmx:afterSettle)
+    if (!detail || !t.matches("article.card") || !d.requestConfig || d.requestConfig.verb !== "post") return;
+    var id = t.dataset.requestId, now = t.id ? document.getElementById(t.id) : null;
+    if (!id || !(detail.contains(t) || (now && detail.contains(now)))) return;
+    var outcome = d.xhr.getResponseHeader("X-Toolnexus-Outcome");
+    if (outcome !== "success" && outcome !== "warning") return;  // an error keeps the card
+    var api = window.toolnexusInbox;
+    if (api && api.advancesAfterDecision) return;  // the page's own layer opens the next one
+    var state = d.xhr.getResponseHeader("X-Toolnexus-State");
+    if (state && state !== "pending" && !listShowsDecided()) {
+      var row = rowById(id);
+      if (row) row.classList.add("kb-gone");
+    }
+    advance(id);
+  });
+
+  // -- keeping up with swaps and live updates -----------------------------------------------------
+
+  function refreshClaimBar(id) {
+    var bar = $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]');
+    if (!bar || !bar.dataset.url || !window.htmx || bar.contains(document.activeElement)) return;
+    htmx.ajax("GET", bar.dataset.url, { target: bar, swap: "outerHTML" });
+  }
+
+  var liveAbout = {};
+  document.addEventListener("htmx:wsBeforeMessage", function (e) {
+    inLive = true;
+    var message = e.detail && e.detail.message;
+    var bar = $("#detail .claim-bar");
+    if (bar && typeof message === "string" && message.indexOf('data-request-id="' + bar.dataset.requestId + '"') >= 0) {
+      liveAbout[bar.dataset.requestId] = true;
+    }
+  });
+
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    inLive = false;
+    arrivals();
+    Object.keys(liveAbout).forEach(refreshClaimBar);
+    liveAbout = {};
+    refresh();
+  });
+
+  function decorate() {
+    var card = detailCard();
+    if (!card || !card.querySelector(".actions")) return;
+    var hint = function (el, key) {
+      if (!el || el.querySelector(".key-hint")) return;
+      var k = document.createElement("kbd");
+      k.className = "key-hint";
+      k.setAttribute("aria-hidden", "true");
+      k.textContent = key;
+      el.appendChild(k);
+    };
+    var form = approveForm(card);
+    hint(form && form.querySelector("button[type=submit]"), "a");
+    var decline = $("form.decline button[type=submit]", card);
+    hint(decline, "d");
+    hint($("details.edit > summary", card), "e");
+    var answer = answerField(card);
+    if (answer && answer.form) hint(answer.form.querySelector("button[type=submit]"), form ? "r" : "a / r");
+  }
+
+  function refresh() {
+    if (cursorId && !rowById(cursorId)) cursorId = openId();
+    var row = cursorRow();
+    if (row) setCursor(row, false);
+    syncSelection();
+    decorate();
+    updateTitle();
+  }
+
+  // A request opened (whoever opened it): the keys may act on it, the cursor follows it.
+  document.addEventListener("htmx:afterSwap", function (e) {
+    var t = e.detail && e.detail.target;
+    if (!t || t.id !== "detail") return;
+    detailLoading = false;
+    var card = detailCard(), row = card && rowById(card.dataset.requestId);
+    if (row) setCursor(row, false);
+  });
+
+  document.addEventListener("htmx:afterSettle", function (e) {
+    if (!inLive) $$("#request-rows li.row").forEach(function (r) { seen[r.dataset.requestId] = true; });
+    var t = e.detail && e.detail.target;
+    if (t && t.id === "detail") {  // the pane itself was swapped: a request opened
+      detailLoading = false;
+      var card = detailCard();
+      if (card && cursorId !== card.dataset.requestId && rowById(card.dataset.requestId)) setCursor(rowById(card.dataset.requestId), false);
+    }
+    refresh();
+    runQueued();
+  });
+
+  // -- title, notifications, sound -----------------------------------------------------------------
+
+  function updateTitle() {
+    var count = document.getElementById("request-count");
+    if (!count) return;
+    var raw = count.dataset.pending !== undefined ? count.dataset.pending : count.dataset.count;
+    if (raw === undefined) return;
+    var n = parseInt(raw, 10);
+    var base = document.title.replace(/^\(\d+\)\s*/, "");
+    var title = (n > 0 ? "(" + n + ") " : "") + base;
+    if (document.title !== title) document.title = title;
+  }
+
+  function stored(key) { try { return localStorage.getItem(key) === "1"; } catch (err) { return false; } }
+  function store(key, on) { try { localStorage.setItem(key, on ? "1" : "0"); } catch (err) { /* private mode */ } }
+
+  function notifyOn() {
+    return stored(NOTIFY_KEY) && "Notification" in window && Notification.permission === "granted";
+  }
+
+  var audio = null;
+  function beep() {
+    var Ctx = window.AudioContext || window.webkitAudioContext;
+    var toggle = document.getElementById("sound-toggle");
+    if (toggle) toggle.dataset.beeps = String(parseInt(toggle.dataset.beeps || "0", 10) + 1);
+    if (!Ctx) return;
+    try {
+      audio = audio || new Ctx();
+      var osc = audio.createOscillator(), gain = audio.createGain();
+      osc.type = "sine";
+      osc.frequency.value = 880;
+      gain.gain.setValueAtTime(0.08, audio.currentTime);
+      gain.gain.exponentialRampToValueAtTime(0.001, audio.currentTime + 0.2);
+      osc.connect(gain);
+      gain.connect(audio.destination);
+      osc.start();
+      osc.stop(audio.currentTime + 0.2);
+    } catch (err) { /* no audio here */ }
+  }
+
+  function arrivals() {
+    var fresh = rows().filter(function (r) {
+      return !seen[r.dataset.requestId] && !r.classList.contains("kb-gone") &&
+        (r.classList.contains("state-pending") || !/\bstate-/.test(r.className));
+    });
+    rows().forEach(function (r) { seen[r.dataset.requestId] = true; });
+    if (!fresh.length) return;
+    if (stored(SOUND_KEY)) beep();
+    if (!notifyOn() || document.visibilityState === "visible") return;
+    fresh.slice(0, 3).forEach(function (row) {
+      var what = textOf($("a.row-link", row)) || "a request is waiting";
+      try {
+        var n = new Notification("New request: " + what.slice(0, 80), {
+          body: what.slice(0, 200),
+          tag: "toolnexus-" + row.dataset.requestId,
+        });
+        n.onclick = function () {
+          window.focus();
+          var again = rowById(row.dataset.requestId);
+          if (again) openRow(again);
+          n.close();
+        };
+      } catch (err) { /* notifications refused in this context */ }
+    });
+  }
+
+  function setupToggles() {
+    var tools = document.getElementById("triage-tools");
+    if (tools) tools.hidden = false;
+    var notify = document.getElementById("notify-toggle");
+    if (notify && !notify.dataset.bound) {
+      notify.dataset.bound = "1";
+      notify.checked = notifyOn();
+      notify.addEventListener("change", function () {
+        if (!notify.checked) { store(NOTIFY_KEY, false); return; }
+        if (!("Notification" in window)) { notify.checked = false; notify.title = "This browser has no notifications"; return; }
+        Notification.requestPermission().then(function (permission) {
+          var ok = permission === "granted";
+          notify.checked = ok;
+          store(NOTIFY_KEY, ok);
+          notify.title = ok ? "" : "The browser blocks notifications for this site";
+        });
+      });
+    }
+    var sound = document.getElementById("sound-toggle");
+    if (sound && !sound.dataset.bound) {
+      sound.dataset.bound = "1";
+      sound.checked = stored(SOUND_KEY);
+      sound.addEventListener("change", function () {
+        store(SOUND_KEY, sound.checked);
+        if (sound.checked) beep();  // a sample, and the audio is unlocked by this click
+      });
+    }
+  }
+
+  function init() {
+    findViewer();
+    rows().forEach(function (r) { seen[r.dataset.requestId] = true; });
+    setupToggles();
+    var open = openId();
+    if (open && rowById(open)) setCursor(rowById(open), false);
+    refresh();
+    if (window.MutationObserver) {
+      var scheduled = false;
+      new MutationObserver(function () {
+        if (scheduled) return;
+        scheduled = true;
+        setTimeout(function () { scheduled = false; updateTitle(); setupToggles(); }, 50);
+      }).observe(document.body, { childList: true, subtree: true, attributes: true, attributeFilter: ["data-count", "data-pending"] });
+    }
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,455 @@
+"""Triage actions on the inbox: claim / release / take over, snooze / ignore / un-hide, and
+bulk decisions. Each view parses, calls one service, and answers like the decision views do:
+a fragment with htmx (`approvals/_triage.html`'s partials), post/redirect/get with a flash
+message without JavaScript.
+
+`claim_guard` wraps the decision views (approvals/web/urls.py): deciding a request another
+reviewer holds an active claim on asks first. With JavaScript the page asks (inbox-keys.js
+reads the claim bar) and posts `takeover=1`; without it, or when the page did not know yet,
+the answer is a confirmation page (or, with htmx, a card that says so and a fresh claim bar).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import datetime, timedelta
+from functools import wraps
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from .. import selectors, services
+from ..domain.exceptions import AlreadyDecided, ClaimedByOther, NotAllowed, ServiceError
+from ..models import ApprovalRequest, RequestHide
+from ..permissions import can_decide, can_decide_request, hidden_agents, permission_needed
+from ..presenters import cards
+from . import views
+
+VIEW_REQUESTS = views.VIEW_REQUESTS
+DECIDE = views.DECIDE
+MAX_BULK = 500
+MAX_SNOOZE_MINUTES = 60 * 24 * 30  # 30 days
+SNOOZE_MORNING_HOUR = 9  # "until tomorrow": 09:00 UTC
+CLAIM_BAR = "approvals/_triage.html#claim-bar"
+BULK_RESULT = "approvals/_triage.html#bulk-result"
+
+views.PERMISSION_OF_URL.update(
+    {
+        "requests-bulk": DECIDE,
+        "request-claim": DECIDE,
+        "request-release": DECIDE,
+        "request-claim-bar": VIEW_REQUESTS,
+        "request-snooze": VIEW_REQUESTS,
+        "request-ignore": VIEW_REQUESTS,
+        "request-unhide": VIEW_REQUESTS,
+    }
+)
+
+
+def _when(at: datetime | None) -> str:
+    return f"{at:%H:%M} UTC" if at else "earlier"
+
+
+def _inbox_url(request: HttpRequest, request_id: str = "") -> str:
+    """Where a form without JavaScript goes back to: `next` if it is ours, else the inbox
+    with the posted filters (and the request selected)."""
+    if request.POST.get("next"):
+        return views._next_url(request)
+    params = selectors.InboxQuery.from_params(request.POST).as_params()
+    if request_id:
+        params["r"] = request_id
+    query = urlencode(params)
+    return reverse("approvals:inbox") + (f"?{query}" if query else "")
+
+
+def _hidden_until(row: ApprovalRequest, user) -> tuple[bool, datetime | None]:
+    """Whether `user` snoozed or ignored this request, and until when (None: ignored)."""
+    found = list(
+        RequestHide.objects.filter(request_id=row.pk, user_id=user.pk).values_list(
+            "until", flat=True
+        )
+    )
+    if not found or (found[0] is not None and found[0] <= timezone.now()):
+        return False, None
+    return True, found[0]
+
+
+def claim_bar_context(
+    request: HttpRequest, row: ApprovalRequest, *, message: str = "", level: str = "info"
+) -> dict:
+    hidden, until = _hidden_until(row, request.user)
+    return {
+        "card": cards.request_card(row, can_decide=can_decide_request(request.user, row)),
+        "claim_message": message,
+        "claim_level": level,
+        "hidden": hidden,
+        "hidden_until": until,
+        "claim_oob": False,
+    }
+
+
+def _claim_bar(
+    request: HttpRequest,
+    request_id: str,
+    message: str,
+    level: str,
+    *,
+    trigger: dict | None = None,
+) -> HttpResponse:
+    """The answer to a claim bar action: the bar again (htmx) or back to the inbox."""
+    if not request.htmx:
+        getattr(messages, level)(request, message)
+        return redirect(_inbox_url(request, request_id))
+    row = views._get_request(request_id, request.user)
+    response = views._render(
+        request, CLAIM_BAR, claim_bar_context(request, row, message=message, level=level)
+    )
+    response["X-Toolnexus-Outcome"] = level
+    if trigger:
+        response["HX-Trigger"] = json.dumps(trigger)
+    return response
+
+
+def _act(
+    request: HttpRequest,
+    request_id: str,
+    action: Callable[[], object],
+    done: str,
+    *,
+    trigger: dict | None = None,
+) -> HttpResponse:
+    try:
+        action()
+    except ApprovalRequest.DoesNotExist:
+        raise Http404("no such request") from None
+    except NotAllowed as exc:
+        if not request.user.has_perm(DECIDE) and request.resolver_match.url_name in (
+            "request-claim",
+            "request-release",
+        ):
+            raise PermissionDenied(permission_needed(DECIDE)) from None
+        raise PermissionDenied(str(exc)) from None
+    except ClaimedByOther as exc:
+        return _claim_bar(
+            request,
+            request_id,
+            f"Claimed by {exc.claimed_by} since {_when(exc.claimed_at)}: "
+            "take it over to work on it.",
+            "warning",
+        )
+    except AlreadyDecided as exc:
+        return _claim_bar(
+            request,
+            request_id,
+            f"Already {exc.state} by {exc.decided_by or 'the system'}: nothing was changed.",
+            "warning",
+        )
+    except ServiceError as exc:
+        return _claim_bar(request, request_id, str(exc), "error")
+    return _claim_bar(request, request_id, done, "success", trigger=trigger)
+
+
+def _decide_view(fn):
+    return require_POST(login_required(permission_required(DECIDE, raise_exception=True)(fn)))
+
+
+def _view_view(fn):
+    return require_POST(
+        login_required(permission_required(VIEW_REQUESTS, raise_exception=True)(fn))
+    )
+
+
+# -- claims ----------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@permission_required(VIEW_REQUESTS, raise_exception=True)
+def request_claim_bar(request: HttpRequest, request_id: str) -> HttpResponse:
+    """The claim bar alone: the page fetches it again when the request changed live."""
+    row = views._get_request(request_id, request.user)
+    return views._render(request, CLAIM_BAR, claim_bar_context(request, row))
+
+
+@_decide_view
+def request_claim(request: HttpRequest, request_id: str) -> HttpResponse:
+    takeover = bool(request.POST.get("takeover"))
+    return _act(
+        request,
+        request_id,
+        lambda: services.request_claim(request_id=request_id, user=request.user, takeover=takeover),
+        "You took this request over." if takeover else "You claimed this request.",
+        trigger={"toolnexus:claimed": {"id": request_id}},
+    )
+
+
+@_decide_view
+def request_release(request: HttpRequest, request_id: str) -> HttpResponse:
+    return _act(
+        request,
+        request_id,
+        lambda: services.request_release(request_id=request_id, user=request.user),
+        "You released this request.",
+        trigger={"toolnexus:claimed": {"id": request_id}},
+    )
+
+
+# -- snooze, ignore, un-hide -------------------------------------------------------------------
+
+
+def snooze_until(choice: str, minutes: str, now: datetime) -> datetime:
+    """When a snooze ends: "1h", "tomorrow" (09:00 UTC the next day) or "minutes"."""
+    if choice == "1h":
+        return now + timedelta(hours=1)
+    if choice == "tomorrow":
+        day = (now + timedelta(days=1)).date()
+        return datetime(day.year, day.month, day.day, SNOOZE_MORNING_HOUR, tzinfo=now.tzinfo)
+    if choice == "minutes":
+        try:
+            n = int(minutes.strip())
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_SNOOZE_MINUTES:
+            raise ValueError(
+                f"Snooze for a whole number of minutes from 1 to {MAX_SNOOZE_MINUTES}."
+            )
+        return now + timedelta(minutes=n)
+    raise ValueError("Choose how long to snooze: 1 hour, until tomorrow, or minutes.")
+
+
+@_view_view
+def request_snooze(request: HttpRequest, request_id: str) -> HttpResponse:
+    row = views._get_request(request_id, request.user)
+    choice, minutes = request.POST.get("for", ""), request.POST.get("minutes", "")
+    if not choice and minutes.strip():
+        choice = "minutes"  # only the minutes were given
+    try:
+        until = snooze_until(choice, minutes, timezone.now())
+    except ValueError as exc:
+        return _claim_bar(request, row.request_id, str(exc), "error")
+    return _act(
+        request,
+        request_id,
+        lambda: services.request_hide(request_id=request_id, user=request.user, until=until),
+        f"Snoozed until {until:%Y-%m-%d %H:%M} UTC: hidden for you until then "
+        "(others still see it).",
+        trigger={"toolnexus:hidden": {"id": request_id}},
+    )
+
+
+@_view_view
+def request_ignore(request: HttpRequest, request_id: str) -> HttpResponse:
+    views._get_request(request_id, request.user)
+    return _act(
+        request,
+        request_id,
+        lambda: services.request_hide(request_id=request_id, user=request.user, until=None),
+        "Ignored: hidden for you until you un-hide it (others still see it).",
+        trigger={"toolnexus:hidden": {"id": request_id}},
+    )
+
+
+@_view_view
+def request_unhide(request: HttpRequest, request_id: str) -> HttpResponse:
+    views._get_request(request_id, request.user)
+    return _act(
+        request,
+        request_id,
+        lambda: services.request_unhide(request_id=request_id, user=request.user),
+        "Shown again in your inbox.",
+        trigger={"toolnexus:unhidden": {"id": request_id}},
+    )
+
+
+# -- bulk decisions ----------------------------------------------------------------------------
+
+
+STATUS_LABELS = {
+    "done": "done",
+    "already": "already decided",
+    "invalid": "not decided",
+    "forbidden": "not allowed",
+    "missing": "not found",
+}
+
+
+def _bulk_ids(request: HttpRequest) -> list[str]:
+    if request.POST.get("all"):
+        return selectors.request_ids_matching(
+            selectors.InboxQuery.from_params(request.POST),
+            user_id=request.user.pk,
+            hidden_agents=hidden_agents(request.user),
+            limit=MAX_BULK,
+        )
+    seen: dict[str, None] = {}
+    for value in request.POST.getlist("ids"):
+        value = value.strip()
+        if value:
+            seen[value] = None
+    return list(seen)
+
+
+def _outcome_lines(request: HttpRequest, outcomes) -> list[dict]:
+    """One line per request: what it was (agent, tool, key arguments) and what happened to
+    it, saying who decided it first when somebody did (one query for the rows)."""
+    rows = {
+        row.request_id: row
+        for row in selectors.request_list(
+            state=None, hidden_agents=hidden_agents(request.user)
+        ).filter(request_id__in=[o.request_id for o in outcomes])
+    }
+    lines = []
+    for o in outcomes:
+        row = rows.get(o.request_id)
+        label, text = o.request_id, o.message
+        if row is not None:
+            what, summary = cards.row_summary(row)
+            label = f"{row.agent} · {what}: {summary}" if summary else f"{row.agent} · {what}"
+            if o.status == "already":
+                who = row.decided_by.get_username() if row.decided_by else "the system"
+                when = f" at {row.decided_at:%H:%M:%S} UTC" if row.decided_at else ""
+                text = f"already {row.state} by {who}{when}"
+        lines.append(
+            {
+                "request_id": o.request_id,
+                "status": o.status,
+                "status_label": STATUS_LABELS.get(o.status, o.status),
+                "label": label,
+                "text": text,
+            }
+        )
+    return lines
+
+
+def _bulk_problem(request: HttpRequest, text: str) -> HttpResponse:
+    if not request.htmx:
+        messages.error(request, text)
+        return redirect(_inbox_url(request))
+    response = views._render(
+        request, BULK_RESULT, {"bulk_error": text, "outcomes": [], "action": ""}
+    )
+    response["X-Toolnexus-Outcome"] = "error"
+    return response
+
+
+@_decide_view
+def requests_bulk(request: HttpRequest) -> HttpResponse:
+    action = request.POST.get("action", "")
+    if action not in ("approve", "decline"):
+        return _bulk_problem(request, "Choose Approve selected or Decline selected.")
+    ids = _bulk_ids(request)
+    if not ids:
+        return _bulk_problem(
+            request, "Select at least one request (its checkbox, or x on the keyboard)."
+        )
+    if len(ids) > MAX_BULK:
+        return _bulk_problem(
+            request, f"At most {MAX_BULK} requests at once: you selected {len(ids)}."
+        )
+    reason = request.POST.get("reason", "") if action == "decline" else ""
+    try:
+        outcomes = services.requests_bulk(
+            request_ids=ids, user=request.user, action=action, reason=reason
+        )
+    except NotAllowed as exc:
+        raise PermissionDenied(str(exc)) from None
+    except ServiceError as exc:
+        return _bulk_problem(request, f"Nothing was decided: {exc}")
+    done = [o for o in outcomes if o.status == "done"]
+    verb = "approved" if action == "approve" else "declined"
+    summary = f"{len(done)} of {len(outcomes)} {verb}."
+    if request.POST.get("all") and len(ids) >= MAX_BULK:
+        summary += f" At most {MAX_BULK} at once: run it again for the rest."
+    lines = _outcome_lines(request, outcomes)
+    if not request.htmx:
+        (messages.success if len(done) == len(outcomes) else messages.warning)(request, summary)
+        for line in lines:
+            if line["status"] != "done":
+                messages.warning(request, f"{line['label']}: {line['text']}")
+        return redirect(_inbox_url(request))
+    response = views._render(
+        request,
+        BULK_RESULT,
+        {
+            "outcomes": lines,
+            "summary": summary,
+            "action": action,
+            "bulk_error": "",
+        },
+    )
+    response["X-Toolnexus-Outcome"] = "success" if len(done) == len(outcomes) else "warning"
+    response["HX-Trigger"] = json.dumps(
+        {"toolnexus:bulk-done": {"done": [o.request_id for o in done]}}
+    )
+    return response
+
+
+# -- taking over on a decision -------------------------------------------------------------------
+
+
+def claim_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap a decision view: deciding a request someone else holds an active claim on asks
+    first (a form posted with `takeover` has asked), then takes the claim over (an audit
+    event says so) and decides."""
+
+    @wraps(view)
+    def guarded(request: HttpRequest, request_id: str, *args, **kwargs) -> HttpResponse:
+        user = request.user
+        if request.method != "POST" or not user.is_authenticated or not can_decide(user):
+            return view(request, request_id, *args, **kwargs)
+        try:
+            row = views._get_request(request_id, user)
+        except Http404:
+            return view(request, request_id, *args, **kwargs)
+        holder = selectors.active_claim(row)
+        if (
+            holder is None
+            or holder.pk == user.pk
+            or row.state != ApprovalRequest.State.PENDING
+            or not can_decide_request(user, row, approving=False)
+        ):
+            return view(request, request_id, *args, **kwargs)
+        name = holder.get_username()
+        if request.POST.get("takeover"):
+            # The decision says what is wrong if this fails (decided meanwhile, not allowed).
+            with suppress(ServiceError):
+                services.request_claim(request_id=request_id, user=user, takeover=True)
+            return view(request, request_id, *args, **kwargs)
+        text = f"{name} claimed this request at {_when(row.claimed_at)}."
+        if request.htmx:
+            response = views._outcome(
+                request,
+                request_id,
+                f"{text} Nothing was sent: decide again to take it over.",
+                "error",
+            )
+            context = claim_bar_context(request, row)
+            context["claim_oob"] = True
+            response.write(render_to_string(CLAIM_BAR, context, request=request))
+            return response
+        detail = f"{text} Deciding takes it over from them."
+        card = cards.request_card(row, can_decide=True)
+        request.POST = request.POST.copy()  # the confirmation page posts it all again, and:
+        request.POST["takeover"] = "1"
+        if card.needs_confirmation and request.resolver_match.url_name == "request-approve":
+            detail += " The agent's tool runs as soon as you confirm. It cannot be undone."
+        response = views._confirm(
+            request,
+            title=f"Take over from {name}?",
+            detail=detail,
+            action=request.path,
+            button="Yes, take it over and decide",
+        )
+        return response
+
+    return guarded

@@ -1,0 +1,246 @@
+"""The triage inbox page (issue 14): compact rows with a one-line summary, the selected
+request in a detail pane (`r=` in the URL), filters, search, sort and chips kept in the URL
+with counts, the pending count in the title, and a constant number of queries."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from approvals import services
+from approvals.models import ApprovalRequest, Run
+from approvals.presenters.cards import request_row, row_summary
+
+from .factories import drain, make_user, session_client, start_and_halt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HX = {"HX-Request": "true"}
+
+
+def pending(run: Run) -> ApprovalRequest:
+    return run.requests.get(state="pending")
+
+
+@pytest.fixture
+def reviewer():
+    return make_user(role="reviewer")
+
+
+@pytest.fixture
+def halted(reviewer):
+    run = start_and_halt(user=reviewer, prompt="Refund order A-1001, $250")
+    return run, pending(run)
+
+
+def row_ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<li id="row-(\d+)"', html)]
+
+
+# -- the row's summary --------------------------------------------------------------------------
+
+
+def test_a_tool_calls_row_names_the_tool_and_its_key_arguments(halted):
+    _, row = halted
+    what, summary = row_summary(row)
+    assert what == "refund"
+    assert summary == "A-1001, 250"
+
+
+def test_a_two_call_row_names_both_tools(reviewer):
+    row = pending(start_and_halt(user=reviewer, prompt="Refund A-2002 $40 and email the customer"))
+    what, summary = row_summary(row)
+    assert what == "refund and send_email"
+    assert summary.startswith("A-2002, 40; ")
+
+
+def test_a_questions_row_says_question_and_the_question(reviewer):
+    row = pending(start_and_halt(user=reviewer, prompt="ask a question please"))
+    what, summary = row_summary(row)
+    assert what == "question"
+    assert summary == "Which plan should the customer move to?"
+
+
+def test_a_long_summary_is_one_truncated_line(reviewer):
+    row = pending(start_and_halt(user=reviewer, prompt="ask a question please"))
+    row.data = {"questions": [{"question": "Why?\n" + "x" * 300}]}
+    _, summary = row_summary(row)
+    assert "\n" not in summary
+    assert len(summary) == 90 and summary.endswith("…")
+
+
+def test_a_row_marks_overdue_and_the_claim(reviewer, halted):
+    _, row = halted
+    row.expires_at = timezone.now() - timezone.timedelta(minutes=1)
+    row.claimed_by, row.claimed_at = reviewer, timezone.now()
+    item = request_row(row)
+    assert item.overdue
+    assert item.claim_holder == reviewer
+
+
+# -- the page ------------------------------------------------------------------------------------
+
+
+def test_rows_show_agent_tool_summary_age_and_no_card_until_one_is_selected(reviewer, halted):
+    _, row = halted
+    html = session_client(reviewer).get("/").content.decode()
+    assert row_ids(html) == [row.pk]
+    item = re.search(rf'<li id="row-{row.pk}".*?</li>', html, re.S).group(0)
+    assert '<strong class="agent">demo</strong>' in item
+    assert ">refund</span>" in item
+    assert "A-1001, 250" in item
+    assert " ago</time>" in item
+    assert f'href="?r={row.request_id}"' in item
+    assert 'hx-target="#detail"' in item and 'hx-push-url="true"' in item
+    # nothing selected: no card, a hint instead
+    assert f'id="request-{row.pk}"' not in html
+    assert "Select a request in the list" in html
+    assert 'data-selected=""' in html
+
+
+def test_the_selected_request_is_in_the_url_and_the_detail_pane(reviewer, halted):
+    _, row = halted
+    html = session_client(reviewer).get(f"/?r={row.request_id}").content.decode()
+    assert (
+        f'<li id="row-{row.pk}" class="row state-pending" data-request-id="{row.request_id}" aria-current="true">'
+        in html
+    )
+    assert f'data-selected="{row.request_id}"' in html
+    detail = html[html.index('<section id="detail"') :]
+    assert f'<article id="request-{row.pk}"' in detail
+    assert f'id="presence-{row.pk}"' in detail
+    assert f'id="claim-bar-{row.pk}"' in detail
+    assert "History" in detail and "Request created" in detail
+    assert "The run so far" in detail and "Transcript" in detail
+    assert "Back to list" in detail
+    # the socket is told the selection, so others see who is viewing
+    assert f'ws-connect="/ws/inbox/?page=1&amp;r={row.request_id}"' in html
+
+
+def test_an_unknown_selection_selects_nothing(reviewer, halted):
+    html = session_client(reviewer).get("/?r=nope").content.decode()
+    assert "Select a request in the list" in html
+    assert 'data-selected=""' in html
+
+
+def test_a_row_click_with_htmx_answers_the_detail_pane_only(reviewer, halted):
+    _, row = halted
+    response = session_client(reviewer).get(
+        f"/?q=refund&r={row.request_id}", headers={**HX, "HX-Target": "detail"}
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="detail"')
+    assert f'<article id="request-{row.pk}"' in html
+    assert 'id="request-list"' not in html
+    assert "HX-Target" in response["Vary"]
+    # a decision without JavaScript comes back to the same list and selection
+    assert f'name="next" value="/?q=refund&amp;r={row.request_id}"' in html
+
+
+def test_a_history_restore_gets_the_whole_page(reviewer, halted):
+    _, row = halted
+    headers = {**HX, "HX-History-Restore-Request": "true", "HX-Target": "detail"}
+    html = session_client(reviewer).get(f"/?r={row.request_id}", headers=headers).content.decode()
+    assert "<html" in html and 'id="request-list"' in html and f'id="request-{row.pk}"' in html
+
+
+def test_the_title_counts_what_is_pending(reviewer, halted):
+    start_and_halt(user=reviewer, prompt="ask a question please")
+    html = session_client(reviewer).get("/?kind=question").content.decode()
+    assert "<title>(2) Inbox · toolnexus</title>" in html
+    assert 'id="request-count" data-count="1" data-pending="2"' in html
+    services.request_decline(
+        request_id=ApprovalRequest.objects.filter(state="pending").first().request_id, user=reviewer
+    )
+    drain()
+    html = session_client(reviewer).get("/").content.decode()
+    assert "<title>(1) Inbox · toolnexus</title>" in html
+
+
+def test_filters_search_sort_and_chips_are_kept_in_the_url(reviewer, halted):
+    _, refund = halted
+    question = pending(start_and_halt(user=reviewer, prompt="ask a question please"))
+    client = session_client(reviewer)
+
+    assert row_ids(client.get("/?q=plan").content.decode()) == [question.pk]
+    assert row_ids(client.get("/?q=A-1001").content.decode()) == [refund.pk]
+    assert row_ids(client.get("/?sort=oldest").content.decode()) == [refund.pk, question.pk]
+    assert row_ids(client.get("/?sort=newest").content.decode()) == [question.pk, refund.pk]
+
+    services.request_claim(request_id=refund.request_id, user=reviewer)
+    html = client.get("/?sort=oldest").content.decode()
+    assert row_ids(client.get("/?claim=mine").content.decode()) == [refund.pk]
+    assert row_ids(client.get("/?claim=unclaimed").content.decode()) == [question.pk]
+    assert f"claimed by {reviewer.get_username()}" in html
+    # chips: a link that adds (or, when on, removes) the filter, with its count
+    chips = dict(
+        re.findall(
+            r'data-chip="([^"]+)"[^>]*>[^<]*<span class="chip-count">(\d+)</span>', html, re.S
+        )
+    )
+    assert chips == {
+        "claim=mine": "1",
+        "claim=unclaimed": "1",
+        "overdue=1": "0",
+        "hidden=only": "0",
+    }
+    hrefs = re.findall(r'<a class="chip[^"]*" href="([^"]+)"', html)
+    assert {
+        k: v[0] for k, v in parse_qs(urlsplit(hrefs[0].replace("&amp;", "&")).query).items()
+    } == {
+        "sort": "oldest",
+        "claim": "mine",
+    }
+    on = client.get("/?claim=mine").content.decode()
+    assert re.search(r'<a class="chip active" href="/"', on)  # clicking it again: off
+    # the rows' links keep the filters
+    assert f'href="?claim=mine&r={refund.request_id}"' in on
+    # the form knows them all
+    assert 'id="inbox-search"' in on and 'name="sort"' in on
+
+
+def test_a_list_with_htmx_answers_the_list_and_its_chips(reviewer, halted):
+    html = session_client(reviewer).get("/?overdue=1", headers=HX).content.decode()
+    assert html.lstrip().startswith('<section id="request-list"')
+    assert '<div id="inbox-chips" class="chips" role="group" hx-swap-oob="true"' in html
+    assert '<input type="hidden" name="overdue" value="1">' in html
+
+
+def test_the_request_page_looks_like_the_detail_pane(reviewer, halted):
+    _, row = halted
+    html = session_client(reviewer).get(f"/requests/{row.request_id}/").content.decode()
+    assert '<section id="detail"' in html
+    assert f'<article id="request-{row.pk}"' in html
+    assert f'id="claim-bar-{row.pk}"' in html
+    assert "The run so far" in html and "History" in html
+
+
+@pytest.mark.parametrize("selected", [False, True])
+def test_the_inbox_costs_the_same_queries_for_5_or_25_requests(
+    reviewer, django_assert_num_queries, selected
+):
+    def halt(n: int) -> list[Run]:
+        runs = [
+            services.run_start(
+                agent="demo", prompt=f"Refund order A-{i:04d}, $5", started_by=reviewer
+            )
+            for i in range(n)
+        ]
+        drain()
+        return runs
+
+    runs = halt(5)
+    client = session_client(reviewer)
+    path = f"/?r={pending(runs[0]).request_id}" if selected else "/"
+    client.get(path)  # warm: the session, permissions
+    with CaptureQueriesContext(connection) as seen:
+        assert client.get(path).status_code == 200
+    halt(20)  # a full page of 20 rows now
+    with django_assert_num_queries(len(seen)):
+        html = client.get(path).content.decode()
+    assert len(row_ids(html)) == 20

@@ -1,0 +1,376 @@
+"""Triage actions through Django's test client (no browser): claims, take-over on a decision,
+snooze / ignore / un-hide and bulk decisions, each without JavaScript (post/redirect/get
+with a flash message) and with htmx (a fragment); permissions and bad input."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from approvals import services
+from approvals.models import ApprovalRequest, Event, RequestHide
+from approvals.web.triage import snooze_until
+
+from .factories import make_user, session_client, start_and_halt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HX = {"HX-Request": "true"}
+
+
+def pending(run) -> ApprovalRequest:
+    return run.requests.get(state="pending")
+
+
+def fresh(row: ApprovalRequest) -> ApprovalRequest:
+    row.refresh_from_db()
+    return row
+
+
+def url(row: ApprovalRequest, action: str) -> str:
+    return f"/requests/{row.request_id}/{action}/"
+
+
+def flashes(client, response) -> str:
+    """The page a redirect leads to, as text (its flash messages included)."""
+    assert response.status_code == 302, response.content[:500]
+    return client.get(response["Location"]).content.decode()
+
+
+@pytest.fixture
+def reviewer():
+    return make_user(role="reviewer", username="alice")
+
+
+@pytest.fixture
+def reviewer2():
+    return make_user(role="reviewer", username="bob")
+
+
+@pytest.fixture
+def row(reviewer):
+    return pending(start_and_halt(user=reviewer, prompt="Refund order A-1001, $250"))
+
+
+# -- claims --------------------------------------------------------------------------------
+
+
+def test_claim_without_javascript_redirects_with_a_message_and_records_it(reviewer, row):
+    client = session_client(reviewer)
+    response = client.post(url(row, "claim"))
+    assert response["Location"].startswith("/?")
+    assert f"r={row.request_id}" in response["Location"]
+    assert "You claimed this request." in flashes(client, response)
+    assert fresh(row).claimed_by == reviewer
+    assert Event.objects.filter(request=row, action="claimed", actor=reviewer).count() == 1
+
+
+def test_claim_with_htmx_answers_the_claim_bar(reviewer, row):
+    response = session_client(reviewer).post(url(row, "claim"), headers=HX)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert f'id="claim-bar-{row.pk}"' in html
+    assert "Claimed by you" in html and "Release" in html
+    assert 'data-claimed-by="alice"' in html
+    assert "toolnexus:claimed" in response["HX-Trigger"]
+
+
+def test_another_reviewer_sees_the_claim_and_must_take_it_over(reviewer, reviewer2, row):
+    services.request_claim(request_id=row.request_id, user=reviewer)
+    client = session_client(reviewer2)
+    bar = client.get(url(row, "claim-bar")).content.decode()
+    assert "claimed by alice" in bar and "Take over" in bar
+    assert 'data-claimed-by="alice"' in bar and 'data-viewer="bob"' in bar
+
+    response = client.post(url(row, "claim"), headers=HX)
+    assert "Claimed by alice since" in response.content.decode()
+    assert response["X-Toolnexus-Outcome"] == "warning"
+    assert fresh(row).claimed_by == reviewer  # unchanged
+
+    response = client.post(url(row, "claim"), {"takeover": "1"})
+    assert "You took this request over." in flashes(client, response)
+    assert fresh(row).claimed_by == reviewer2
+    assert Event.objects.filter(request=row, action="claim taken over", actor=reviewer2).exists()
+
+
+def test_release_own_claim_only(reviewer, reviewer2, row):
+    services.request_claim(request_id=row.request_id, user=reviewer)
+    response = session_client(reviewer2).post(url(row, "release"), headers=HX)
+    assert "Claimed by alice" in response.content.decode()
+    assert fresh(row).claimed_by == reviewer
+
+    response = session_client(reviewer).post(url(row, "release"), headers=HX)
+    html = response.content.decode()
+    assert "You released this request." in html and "Unclaimed" in html
+    assert fresh(row).claimed_by is None
+
+
+def test_a_watcher_cannot_claim(row):
+    watcher = make_user(role="watcher")
+    response = session_client(watcher).post(url(row, "claim"))
+    assert response.status_code == 403
+    assert "permission" in response.content.decode()
+    assert fresh(row).claimed_by is None
+    # ... and sees the claim bar without its buttons
+    bar = session_client(watcher).get(url(row, "claim-bar")).content.decode()
+    assert "Unclaimed" in bar and "Claim" not in bar.replace("claim-bar", "")
+
+
+def test_claiming_a_decided_request_says_who_decided_it(reviewer, reviewer2, row):
+    services.request_decline(request_id=row.request_id, user=reviewer2, reason="no")
+    client = session_client(reviewer)
+    response = client.post(url(row, "claim"))
+    assert "Already declined by bob" in flashes(client, response)
+    assert fresh(row).claimed_by is None
+
+
+def test_claim_of_an_unknown_request_is_404(reviewer):
+    assert session_client(reviewer).post("/requests/nope/claim/").status_code == 404
+
+
+def test_claim_is_post_only(reviewer, row):
+    assert session_client(reviewer).get(url(row, "claim")).status_code == 405
+
+
+# -- deciding a request someone else claimed ------------------------------------------------
+
+
+def test_deciding_anothers_claim_asks_first_without_javascript(reviewer, reviewer2, row):
+    services.request_claim(request_id=row.request_id, user=reviewer)
+    client = session_client(reviewer2)
+    response = client.post(url(row, "decline"), {"reason": "too much"})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Take over from alice?" in html
+    assert 'name="takeover" value="1"' in html and 'name="reason" value="too much"' in html
+    assert fresh(row).state == "pending"
+
+    response = client.post(url(row, "decline"), {"reason": "too much", "takeover": "1"})
+    assert response.status_code == 302
+    row = fresh(row)
+    assert row.state == "declined" and row.reason == "too much" and row.decided_by == reviewer2
+    assert Event.objects.filter(request=row, action="claim taken over", actor=reviewer2).exists()
+
+
+def test_deciding_anothers_claim_with_htmx_keeps_the_card_and_refreshes_the_bar(
+    reviewer, reviewer2, row
+):
+    services.request_claim(request_id=row.request_id, user=reviewer)
+    response = session_client(reviewer2).post(url(row, "approve"), headers=HX)
+    html = response.content.decode()
+    assert response["X-Toolnexus-Outcome"] == "error"
+    assert "alice claimed this request" in html and "take it over" in html
+    assert f'id="claim-bar-{row.pk}" class="claim-bar" hx-swap-oob="true"' in html
+    assert fresh(row).state == "pending"
+
+
+def test_own_claim_and_lapsed_claims_ask_nothing(settings, reviewer, reviewer2, row):
+    services.request_claim(request_id=row.request_id, user=reviewer)
+    settings.TOOLNEXUS_CLAIM_MINUTES = 5
+    ApprovalRequest.objects.filter(pk=row.pk).update(
+        claimed_at=timezone.now() - timedelta(minutes=6)
+    )
+    response = session_client(reviewer2).post(url(row, "decline"), {"reason": "late"})
+    assert response.status_code == 302
+    assert fresh(row).state == "declined"
+
+
+def test_own_claim_decides_at_once(reviewer, row):
+    services.request_claim(request_id=row.request_id, user=reviewer)
+    response = session_client(reviewer).post(url(row, "approve"))
+    assert response.status_code == 302
+    assert fresh(row).state == "approved"
+
+
+# -- snooze, ignore, un-hide --------------------------------------------------------------------
+
+
+def test_snooze_choices():
+    now = timezone.now().replace(hour=22, minute=30, second=0, microsecond=0)
+    assert snooze_until("1h", "", now) == now + timedelta(hours=1)
+    tomorrow = snooze_until("tomorrow", "", now)
+    assert (tomorrow.date(), tomorrow.hour, tomorrow.minute) == (
+        (now + timedelta(days=1)).date(),
+        9,
+        0,
+    )
+    assert snooze_until("minutes", " 90 ", now) == now + timedelta(minutes=90)
+    for bad in ("", "0", "-5", "1.5", "abc", "100000"):
+        with pytest.raises(ValueError, match="whole number of minutes"):
+            snooze_until("minutes", bad, now)
+    with pytest.raises(ValueError, match="Choose how long"):
+        snooze_until("forever", "", now)
+
+
+def test_snooze_hides_for_me_only(reviewer, reviewer2, row):
+    client = session_client(reviewer)
+    response = client.post(url(row, "snooze"), {"for": "minutes", "minutes": "30"}, headers=HX)
+    html = response.content.decode()
+    assert "Snoozed until" in html and "others still see it" in html
+    assert "Un-hide" in html
+    assert "toolnexus:hidden" in response["HX-Trigger"]
+    hide = RequestHide.objects.get(request=row)
+    assert hide.user == reviewer
+    assert timedelta(minutes=29) < hide.until - timezone.now() <= timedelta(minutes=30)
+    assert not RequestHide.objects.filter(user=reviewer2).exists()
+    assert "Un-hide" not in session_client(reviewer2).get(url(row, "claim-bar")).content.decode()
+
+
+def test_snooze_with_bad_minutes_says_so_and_hides_nothing(reviewer, row):
+    client = session_client(reviewer)
+    response = client.post(url(row, "snooze"), {"for": "minutes", "minutes": "soon"})
+    assert "whole number of minutes" in flashes(client, response)
+    response = client.post(url(row, "snooze"), {"for": "minutes", "minutes": "x"}, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "error"
+    assert not RequestHide.objects.exists()
+
+
+def test_ignore_then_unhide(reviewer, row):
+    client = session_client(reviewer)
+    response = client.post(url(row, "ignore"))
+    assert "Ignored" in flashes(client, response)
+    assert RequestHide.objects.get(request=row, user=reviewer).until is None
+    bar = client.get(url(row, "claim-bar")).content.decode()
+    assert "Ignored by you" in bar and "Un-hide" in bar
+
+    response = client.post(url(row, "unhide"), headers=HX)
+    assert "Shown again" in response.content.decode()
+    assert not RequestHide.objects.exists()
+
+
+def test_hiding_needs_the_view_permission(row):
+    nobody = make_user(role="nobody")
+    assert session_client(nobody).post(url(row, "ignore")).status_code == 403
+    assert not RequestHide.objects.exists()
+
+
+# -- bulk decisions ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def three(reviewer):
+    return [
+        pending(start_and_halt(user=reviewer, prompt=f"Refund order A-10{n}, ${n}"))
+        for n in (1, 2, 3)
+    ]
+
+
+def test_bulk_approve_without_javascript(reviewer, three):
+    client = session_client(reviewer)
+    ids = [r.request_id for r in three]
+    response = client.post("/requests/bulk/", {"ids": ids, "action": "approve"})
+    assert "3 of 3 approved." in flashes(client, response)
+    assert {fresh(r).state for r in three} == {"approved"}
+
+
+def test_bulk_decline_with_one_reason_and_one_already_decided(reviewer, reviewer2, three):
+    services.request_approve(request_id=three[1].request_id, user=reviewer2)
+    response = session_client(reviewer).post(
+        "/requests/bulk/",
+        {"ids": [r.request_id for r in three], "action": "decline", "reason": "batch no"},
+        headers=HX,
+    )
+    html = response.content.decode()
+    assert "2 of 3 declined." in html
+    assert html.count('class="bulk-done"') == 2
+    assert 'class="bulk-already"' in html and "already approved by bob" in html
+    assert response["X-Toolnexus-Outcome"] == "warning"
+    assert "toolnexus:bulk-done" in response["HX-Trigger"]
+    states = [(fresh(r).state, r.reason) for r in three]
+    assert states == [("declined", "batch no"), ("approved", ""), ("declined", "batch no")]
+
+
+def test_bulk_approve_leaves_what_needs_an_answer_and_does_the_rest(reviewer, three):
+    question = pending(start_and_halt(user=reviewer, prompt="Please ask the customer a question"))
+    ids = [three[0].request_id, question.request_id, three[1].request_id]
+    response = session_client(reviewer).post(
+        "/requests/bulk/", {"ids": ids, "action": "approve"}, headers=HX
+    )
+    html = response.content.decode()
+    assert "2 of 3 approved." in html and 'class="bulk-invalid"' in html
+    assert fresh(question).state == "pending"
+    assert fresh(three[0]).state == fresh(three[1]).state == "approved"
+
+
+def test_bulk_all_matching_uses_the_filters(reviewer, three):
+    other = pending(start_and_halt(user=reviewer, prompt="Please ask the customer a question"))
+    client = session_client(reviewer)
+    response = client.post(
+        "/requests/bulk/",
+        {"all": "1", "kind": "tool_call", "action": "decline", "reason": "all of them"},
+    )
+    assert response["Location"] == "/?kind=tool_call"
+    assert "3 of 3 declined." in flashes(client, response)
+    assert {fresh(r).state for r in three} == {"declined"}
+    assert fresh(other).state == "pending"
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"action": "approve"}, "Select at least one request"),
+        ({"ids": ["x"], "action": "explode"}, "Choose Approve selected or Decline selected"),
+        ({"ids": [f"id{n}" for n in range(501)], "action": "approve"}, "At most 500"),
+    ],
+)
+def test_bulk_bad_input_says_what_is_wrong(reviewer, three, data, says):
+    client = session_client(reviewer)
+    assert says in flashes(client, client.post("/requests/bulk/", data))
+    response = client.post("/requests/bulk/", data, headers=HX)
+    assert says in response.content.decode() and response["X-Toolnexus-Outcome"] == "error"
+    assert {fresh(r).state for r in three} == {"pending"}
+
+
+def test_bulk_reason_too_long_decides_nothing(reviewer, three):
+    client = session_client(reviewer)
+    response = client.post(
+        "/requests/bulk/",
+        {"ids": [r.request_id for r in three], "action": "decline", "reason": "x" * 5000},
+        headers=HX,
+    )
+    html = response.content.decode()
+    assert "0 of 3 declined." in html or "Nothing was decided" in html
+    assert {fresh(r).state for r in three} == {"pending"}
+
+
+def test_bulk_needs_the_decide_permission(three):
+    watcher = make_user(role="watcher")
+    response = session_client(watcher).post(
+        "/requests/bulk/", {"ids": [r.request_id for r in three], "action": "approve"}
+    )
+    assert response.status_code == 403
+    assert "permission" in response.content.decode()
+    assert {fresh(r).state for r in three} == {"pending"}
+
+
+def test_bulk_with_an_unknown_id_reports_it(reviewer, three):
+    response = session_client(reviewer).post(
+        "/requests/bulk/", {"ids": ["nope", three[0].request_id], "action": "approve"}, headers=HX
+    )
+    html = response.content.decode()
+    assert 'class="bulk-missing"' in html and "1 of 2 approved." in html
+
+
+def test_bulk_approve_leaves_what_cannot_be_undone_to_its_card(reviewer, three):
+    delete = pending(
+        start_and_halt(user=reviewer, prompt="Please delete the account of this customer")
+    )
+    assert delete.kind == "approval"
+    ids = [three[0].request_id, delete.request_id]
+    response = session_client(reviewer).post(
+        "/requests/bulk/", {"ids": ids, "action": "approve"}, headers=HX
+    )
+    html = response.content.decode()
+    assert "1 of 2 approved." in html and "cannot be undone" in html
+    assert fresh(delete).state == "pending" and fresh(three[0]).state == "approved"
+
+
+def test_bulk_decline_of_what_cannot_be_undone_asks_nothing(reviewer):
+    delete = pending(
+        start_and_halt(user=reviewer, prompt="Please delete the account of this customer")
+    )
+    client = session_client(reviewer)
+    response = client.post("/requests/bulk/", {"ids": [delete.request_id], "action": "decline"})
+    assert "1 of 1 declined." in flashes(client, response)

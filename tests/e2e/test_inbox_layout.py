@@ -1,0 +1,154 @@
+"""The triage inbox's layout in a real browser (issue 14): a compact list and a detail pane,
+the selection in the URL (shareable, the back button works), two screens on a phone, who
+else is viewing a request, and dark mode. Each test lists only its own requests through
+the search box (`q=<tag>`), whatever else the session left pending."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .test_inbox import card_of, halted_run, login, open_inbox, row_of, tag
+
+pytestmark = pytest.mark.e2e
+
+
+def selected_in_url(page: Page, request_id: str) -> None:
+    expect(page).to_have_url(re.compile(rf"[?&]r={re.escape(request_id)}(&|$)"))
+
+
+def test_rows_open_in_the_detail_pane_with_the_url_and_the_back_button(app, api, contexts, shoot):
+    t = tag()
+    _, first = halted_run(api, f"Refund order A-5001, $11 (layout {t})")
+    _, second = halted_run(api, f"Refund order A-5002, $12 (layout {t})")
+    page = login(contexts(viewport={"width": 1280, "height": 800}), app, "reviewer")
+    open_inbox(page, app, f"q={t}")
+
+    # compact rows: agent, tool, the key arguments, age; nothing selected yet
+    rows = page.locator("#request-rows li.row")
+    expect(rows).to_have_count(2)
+    expect(row_of(page, first)).to_contain_text("demo")
+    expect(row_of(page, first)).to_contain_text("refund")
+    expect(row_of(page, first)).to_contain_text("A-5001, 11")
+    expect(page.locator("#detail")).to_contain_text("Select a request")
+    box = row_of(page, first).bounding_box()
+    assert box and box["height"] < 110, f"a row is {box} tall"
+    assert page.title().startswith("(")  # "(N) Inbox"
+    shoot(page, "1-list")
+
+    # a click opens the request beside the list; the URL says which (shareable)
+    card = card_of(page, first)
+    expect(card).to_be_visible()
+    selected_in_url(page, first)
+    expect(row_of(page, first)).to_have_attribute("aria-current", "true")
+    expect(page.locator("#detail section.history")).to_contain_text("Request created")
+    expect(page.locator("#detail .run-summary")).to_contain_text("Transcript")
+    expect(page.locator("#request-list")).to_be_visible()  # both panes on a wide screen
+    shoot(page, "2-detail")
+
+    card_of(page, second)
+    selected_in_url(page, second)
+    expect(row_of(page, first)).not_to_have_attribute("aria-current", "true")
+
+    # the back button returns to the previous selection, and again to none
+    page.go_back()
+    selected_in_url(page, first)
+    expect(page.locator(f'#detail article.card[data-request-id="{first}"]')).to_be_visible()
+    expect(row_of(page, first)).to_have_attribute("aria-current", "true")
+    page.go_back()
+    expect(page.locator("#detail article.card")).to_have_count(0)
+    expect(page.locator("#detail")).to_contain_text("Select a request")
+
+    # the URL is shareable: a fresh page opens with that request selected
+    other = login(contexts(), app, "reviewer2")
+    other.goto(app.url(f"/?q={t}&r={second}"))
+    expect(other.locator(f'#detail article.card[data-request-id="{second}"]')).to_be_visible()
+    expect(row_of(other, second)).to_have_attribute("aria-current", "true")
+
+    # filters and search live in the URL too, with counts
+    other.locator("#inbox-search").fill(f"A-5002, $12 (layout {t}")
+    expect(other).to_have_url(re.compile(r"[?&]q=A-5002"))
+    expect(other.locator("#request-rows li.row")).to_have_count(1)
+    expect(other.locator("#request-count")).to_have_attribute("data-count", "1")
+
+
+def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(
+        api, f"Refund order A-5101, $31 for a very long complaint (phone {t})"
+    )
+    context = contexts(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = login(context, app, "reviewer")
+    open_inbox(page, app, f"q={t}")
+    expect(row_of(page, request_id)).to_be_visible()
+    expect(page.locator("#detail")).to_be_hidden()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(page, "1-phone-list")
+
+    card = card_of(page, request_id)
+    expect(card).to_be_visible()
+    expect(page.locator("#request-list")).to_be_hidden()
+    expect(page.get_by_role("link", name="Back to list")).to_be_visible()
+    wide = page.evaluate(
+        "() => Array.from(document.querySelectorAll('body *')).filter(e => e.getBoundingClientRect().right > 391)"
+        ".slice(0, 8).map(e => e.tagName + '#' + e.id + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
+    shoot(page, "2-phone-detail")
+
+    page.go_back()  # the back button is the way back too
+    expect(row_of(page, request_id)).to_be_visible()
+    expect(page.locator("#detail")).to_be_hidden()
+
+
+def test_reviewers_see_who_else_is_viewing_a_request(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order A-5201, $41 (presence {t})")
+    _, elsewhere = halted_run(api, f"Refund order A-5202, $42 (presence {t})")
+    page_a = login(contexts(), app, "reviewer")
+    page_b = login(contexts(), app, "reviewer2")
+    open_inbox(page_a, app, f"q={t}")
+    open_inbox(page_b, app, f"q={t}")
+
+    card_of(page_a, request_id)
+    presence_a = page_a.locator("#detail .presence")
+    card_of(page_b, request_id)
+    expect(presence_a).to_have_text("(reviewer2 is viewing)", timeout=10_000)
+    expect(page_b.locator("#detail .presence")).to_have_text("(reviewer is viewing)")
+    shoot(page_a, "viewing")
+
+    # B moves on: A's line empties, live
+    card_of(page_b, elsewhere)
+    expect(presence_a).to_have_text("", timeout=10_000)
+    # B comes back through a shared link (the socket is told at connect)
+    page_b.goto(app.url(f"/?q={t}&r={request_id}"))
+    expect(presence_a).to_have_text("(reviewer2 is viewing)", timeout=10_000)
+    page_b.close()  # the tab closes: the name goes
+    expect(presence_a).to_have_text("", timeout=10_000)
+
+
+def test_dark_mode_follows_the_system_setting(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order A-5301, $51 (dark {t})")
+    page = login(contexts(color_scheme="dark"), app, "reviewer")
+    open_inbox(page, app, f"q={t}")
+    card = card_of(page, request_id)
+    expect(card).to_be_visible()
+
+    def luminance(selector: str) -> float:
+        rgb = page.evaluate(
+            "s => getComputedStyle(document.querySelector(s)).backgroundColor", selector
+        )
+        r, g, b = (int(x) for x in re.findall(r"\d+", rgb)[:3])
+        return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+    assert luminance("body") < 0.2
+    assert luminance("#detail article.card") < 0.2
+    color = page.evaluate("getComputedStyle(document.body).color")
+    assert sum(int(x) for x in re.findall(r"\d+", color)[:3]) > 500  # light text
+    shoot(page, "dark")
+
+    page.emulate_media(color_scheme="light")
+    assert luminance("body") > 0.8

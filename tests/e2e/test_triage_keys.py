@@ -1,0 +1,421 @@
+"""The triage inbox in a real browser: keys, bulk decisions, claims across two reviewers,
+snooze, the title count, notifications, and a queue of 20 cleared with the keyboard alone.
+The app runs in subprocesses (see conftest.py); each test lists only its own requests
+through the search box (`q=<tag>`), whatever else the session left pending."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from .conftest import WAIT, App
+from .test_inbox import halted_run, login, start_run, tag, wait_run
+
+pytestmark = pytest.mark.e2e
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api2(app: App):
+    """The JSON API as `reviewer2`."""
+    token = app.manage("api_token", "reviewer2", "--name", "e2e-k").strip().splitlines()[-1]
+    with httpx.Client(
+        base_url=app.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    ) as client:
+        yield client
+
+
+def halted_many(api: httpx.Client, prompts: list[str]) -> list[str]:
+    """Start every run first, then wait for each: their request ids, in prompt order."""
+    run_ids = [start_run(api, prompt) for prompt in prompts]
+    return [wait_run(api, run_id, "pending")["pending"]["request"]["id"] for run_id in run_ids]
+
+
+def open_triage(page: Page, app: App, query: str) -> None:
+    page.goto(app.url(f"/?{query}"))
+    expect(page.locator("#live[data-ws-open]")).to_have_count(1)
+    expect(page.locator("#triage-tools")).to_be_visible()  # inbox-keys.js is running
+
+
+def row_of(page: Page, request_id: str):
+    return page.locator(f'#request-rows li.row[data-request-id="{request_id}"]')
+
+
+def detail_card(page: Page, request_id: str):
+    return page.locator(f'#detail article.card[data-request-id="{request_id}"]')
+
+
+def state_of(api: httpx.Client, request_id: str) -> dict:
+    return api.get(f"/api/requests/{request_id}").json()
+
+
+def wait_state(api: httpx.Client, request_id: str, *states: str) -> dict:
+    deadline = time.monotonic() + WAIT
+    while (found := state_of(api, request_id))["state"] not in states:
+        assert time.monotonic() < deadline, f"{request_id} stayed {found['state']}"
+        time.sleep(0.1)
+    return found
+
+
+def cursor_id(page: Page) -> str | None:
+    return page.evaluate(
+        "() => { const r = document.querySelector('#request-rows li.row.kb-cursor');"
+        " return r ? r.dataset.requestId : null; }"
+    )
+
+
+def blur(page: Page) -> None:
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+def test_keys_move_open_approve_decline_select_search_and_help(app, api, contexts, shoot):
+    t = tag()
+    ids = halted_many(api, [f"Refund order K-{n}, ${n} (keys {t})" for n in (1, 2, 3)])
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&sort=oldest")
+    for request_id in ids:
+        expect(row_of(page, request_id)).to_be_visible()
+    blur(page)
+
+    # the keys are shown: hints on the buttons, a "? keys" link and the list itself
+    page.keyboard.press("Enter")
+    expect(detail_card(page, ids[0])).to_be_visible()
+    expect(page.locator("#detail .key-hint").first).to_be_visible()
+    page.keyboard.press("?")
+    dialog = page.locator("#keys-help")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("approve")
+    shoot(page, "1-help")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+
+    page.keyboard.press("j")
+    assert cursor_id(page) == ids[1]
+    page.keyboard.press("j")
+    page.keyboard.press("j")  # stays on the last row
+    assert cursor_id(page) == ids[2]
+    page.keyboard.press("k")
+    page.keyboard.press("k")
+    assert cursor_id(page) == ids[0]
+
+    # x selects the row under the cursor for a bulk decision, and again clears it
+    page.keyboard.press("x")
+    expect(row_of(page, ids[0]).locator("input.row-select")).to_be_checked()
+    expect(page.locator("#bulk-count")).to_have_text("1 selected")
+    page.keyboard.press("x")
+    expect(row_of(page, ids[0]).locator("input.row-select")).not_to_be_checked()
+
+    # a approves the open request; the next one opens by itself
+    page.keyboard.press("a")
+    wait_state(api, ids[0], "approved")
+    expect(detail_card(page, ids[1])).to_be_visible()
+    assert cursor_id(page) == ids[1]
+
+    # d goes to the reason; Shift+Enter is a new line, Enter declines
+    page.keyboard.press("d")
+    reason = page.locator(f'#detail article.card[data-request-id="{ids[1]}"] textarea[name=reason]')
+    expect(reason).to_be_focused()
+    page.keyboard.type("not this one")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("(second line)")
+    page.keyboard.press("j")  # typing: it is a letter, no key fires
+    assert cursor_id(page) == ids[1]
+    page.keyboard.press("Backspace")
+    page.keyboard.press("Enter")
+    declined = wait_state(api, ids[1], "declined")
+    assert declined["decision"]["reason"] == "not this one\n(second line)"
+    expect(detail_card(page, ids[2])).to_be_visible()
+    shoot(page, "2-after-decline")
+
+    # / goes to the search box; Escape leaves it and the keys work again
+    page.keyboard.press("/")
+    expect(page.locator("#inbox-search")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("#inbox-search")).not_to_be_focused()
+    page.keyboard.press("e")
+    expect(page.locator("#detail details.edit")).to_have_attribute("open", "")
+    page.keyboard.press("Escape")
+    page.keyboard.press("d")
+    expect(page.locator("#detail form.decline textarea[name=reason]")).to_be_focused()
+    assert state_of(api, ids[2])["state"] == "pending"
+
+
+def test_keys_answer_a_question_and_claim_then_release(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(api, f"Please ask the customer a question ({t})")
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&r={request_id}")
+    card = detail_card(page, request_id)
+    expect(card).to_be_visible()
+    blur(page)
+
+    page.keyboard.press("c")
+    bar = page.locator("#detail .claim-bar")
+    expect(bar).to_contain_text("Claimed by you")
+    page.keyboard.press("c")
+    expect(bar).to_contain_text("Unclaimed")
+    assert state_of(api, request_id)["claim"] is None
+
+    # a needs an answer here: it goes to the first choice; Space picks it, Enter sends
+    page.keyboard.press("a")
+    expect(card.locator('[name="q.0"]').first).to_be_focused()
+    page.keyboard.press("Space")
+    page.keyboard.press("Enter")
+    answered = wait_state(api, request_id, "answered")
+    assert answered["state"] == "answered"
+    shoot(page, "answered")
+
+
+# -- bulk ----------------------------------------------------------------------------------
+
+
+def test_bulk_approve_and_decline_with_per_request_results(app, api, api2, contexts, shoot):
+    t = tag()
+    ids = halted_many(api, [f"Refund order B-{n}, ${n} (bulk {t})" for n in range(1, 6)])
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&sort=oldest")
+    for request_id in ids:
+        expect(row_of(page, request_id)).to_be_visible()
+
+    # select the first three: a click, then a shift-click for the range
+    row_of(page, ids[0]).locator("input.row-select").click()
+    row_of(page, ids[2]).locator("input.row-select").click(modifiers=["Shift"])
+    expect(page.locator("#bulk-count")).to_have_text("3 selected")
+    for request_id in ids[:3]:
+        expect(row_of(page, request_id).locator("input.row-select")).to_be_checked()
+
+    # reviewer2 declines the second one just as the bulk approve leaves the browser
+    def race(route):
+        response = api2.post(f"/api/requests/{ids[1]}/decline", json={"reason": "mine"})
+        assert response.status_code == 200, response.text
+        route.continue_()
+
+    page.route("**/requests/bulk/", race)
+    page.get_by_role("button", name="Approve selected").click()
+    result = page.locator("#bulk-result")
+    expect(result).to_contain_text("2 of 3 approved.")
+    expect(result.locator(".bulk-done")).to_have_count(2)
+    expect(result.locator(f'.bulk-already[data-request-id="{ids[1]}"]')).to_contain_text(
+        "reviewer2"
+    )
+    shoot(page, "1-bulk-approve")
+    assert state_of(api, ids[0])["state"] == state_of(api, ids[2])["state"] == "approved"
+    assert state_of(api, ids[1])["decision"]["decided_by"] == "reviewer2"
+
+    # the rest, declined with one reason
+    page.unroute("**/requests/bulk/")
+    expect(row_of(page, ids[0])).to_have_count(0)
+    for request_id in ids[3:]:
+        row_of(page, request_id).locator("input.row-select").click()
+    expect(page.locator("#bulk-count")).to_have_text("2 selected")
+    page.fill("#bulk-reason", f"batch {t}")
+    page.get_by_role("button", name="Decline selected").click()
+    expect(result).to_contain_text("2 of 2 declined.")
+    shoot(page, "2-bulk-decline")
+    for request_id in ids[3:]:
+        found = state_of(api, request_id)
+        assert found["state"] == "declined" and found["decision"]["reason"] == f"batch {t}"
+
+
+# -- claims --------------------------------------------------------------------------------
+
+
+def test_claims_across_two_reviewers_and_taking_over(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order C-1, $10 (claim {t})")
+    page_a = login(contexts(), app, "reviewer")
+    page_b = login(contexts(), app, "reviewer2")
+    open_triage(page_a, app, f"q={t}&r={request_id}")
+    open_triage(page_b, app, f"q={t}&r={request_id}")
+    expect(detail_card(page_a, request_id)).to_be_visible()
+    expect(detail_card(page_b, request_id)).to_be_visible()
+
+    blur(page_a)
+    page_a.keyboard.press("c")
+    expect(page_a.locator("#detail .claim-bar")).to_contain_text("Claimed by you")
+    assert state_of(api, request_id)["claim"]["by"] == "reviewer"
+    shoot(page_a, "1-claimed-a")
+
+    # B sees it live, in the list and in the open request's claim bar
+    expect(row_of(page_b, request_id)).to_contain_text("claimed by reviewer")
+    expect(page_b.locator("#detail .claim-bar")).to_contain_text("claimed by reviewer")
+    shoot(page_b, "2-claimed-b")
+
+    # B deciding asks to take it over: no means nothing is sent
+    blur(page_b)
+    questions = []
+
+    def dismiss(dialog):
+        questions.append(dialog.message)
+        dialog.dismiss()
+
+    page_b.once("dialog", dismiss)
+    page_b.keyboard.press("a")
+    deadline = time.monotonic() + WAIT
+    while not questions:
+        assert time.monotonic() < deadline, "B was not asked"
+        page_b.wait_for_timeout(50)
+    assert "reviewer claimed this request" in questions[0]
+    page_b.wait_for_timeout(300)
+    assert state_of(api, request_id)["state"] == "pending"
+
+    page_b.once("dialog", lambda dialog: dialog.accept())
+    page_b.keyboard.press("a")
+    decided = wait_state(api, request_id, "approved")
+    assert decided["decision"]["decided_by"] == "reviewer2"
+    expect(page_a.locator("#toasts")).to_contain_text("reviewer2")
+    shoot(page_b, "3-taken-over")
+
+
+def test_snooze_hides_for_me_only(app, api, contexts, shoot):
+    t = tag()
+    ids = halted_many(api, [f"Refund order S-{n}, ${n} (snooze {t})" for n in (1, 2)])
+    page_a = login(contexts(), app, "reviewer")
+    page_b = login(contexts(), app, "reviewer2")
+    open_triage(page_a, app, f"q={t}&sort=oldest&r={ids[0]}")
+    open_triage(page_b, app, f"q={t}&sort=oldest")
+    bar = page_a.locator("#detail .claim-bar")
+    expect(bar).to_be_visible()
+    bar.locator("select[name=for]").select_option("1h")
+    bar.get_by_role("button", name="Snooze").click()
+    expect(row_of(page_a, ids[0])).to_have_count(0)
+    expect(detail_card(page_a, ids[1])).to_be_visible()  # the next one opened
+    shoot(page_a, "1-snoozed")
+
+    page_b.reload()
+    expect(row_of(page_b, ids[0])).to_be_visible()  # others still see it
+    page_a.goto(app.url(f"/?q={t}"))
+    expect(row_of(page_a, ids[0])).to_have_count(0)  # gone for me after a reload too
+    page_a.goto(app.url(f"/?q={t}&hidden=only"))
+    expect(row_of(page_a, ids[0])).to_be_visible()
+    assert state_of(api, ids[0])["state"] == "pending"
+
+
+# -- title, notifications, sound -------------------------------------------------------------
+
+
+NOTIFICATIONS_STUB = """
+window.__notes = [];
+window.Notification = function (title, options) { window.__notes.push(title); };
+window.Notification.permission = "granted";
+window.Notification.requestPermission = function () { return Promise.resolve("granted"); };
+"""
+
+
+def test_title_count_notifications_and_sound(app, api, contexts, shoot):
+    t = tag()
+    _, first = halted_run(api, f"Refund order N-1, $1 (notify {t})")
+    context = contexts()
+    context.add_init_script(NOTIFICATIONS_STUB)
+    page = login(context, app, "reviewer")
+    open_triage(page, app, f"q={t}")
+    expect(row_of(page, first)).to_be_visible()
+    count = page.locator("#request-count")
+    expect(page).to_have_title(re.compile(r"^\(\d+\) Inbox"))
+
+    # both off by default; switched on, they are kept for the next visit
+    notify, sound = page.locator("#notify-toggle"), page.locator("#sound-toggle")
+    expect(notify).not_to_be_checked()
+    expect(sound).not_to_be_checked()
+    notify.check()
+    sound.check()
+    page.reload()
+    expect(page.locator("#live[data-ws-open]")).to_have_count(1)
+    expect(page.locator("#notify-toggle")).to_be_checked()
+    expect(page.locator("#sound-toggle")).to_be_checked()
+    beeps_before = int(page.locator("#sound-toggle").get_attribute("data-beeps") or 0)
+
+    # the tab is hidden: a request that arrives live notifies, and beeps
+    page.evaluate("() => Object.defineProperty(document, 'visibilityState', {get: () => 'hidden'})")
+    before = page.title()
+    _, second = halted_run(api, f"Refund order N-2, $2 (notify {t})")
+    expect(row_of(page, second)).to_be_visible()
+    page.wait_for_function("() => window.__notes.length > 0")
+    assert "New request" in page.evaluate("() => window.__notes[0]")
+    assert int(page.locator("#sound-toggle").get_attribute("data-beeps") or 0) > beeps_before
+    pending = int(count.get_attribute("data-pending") or count.get_attribute("data-count"))
+    expect(page).to_have_title(re.compile(rf"^\({pending}\) Inbox"))
+    assert page.title() != before or pending == 0
+    shoot(page, "notified")
+
+
+# -- a queue cleared with the keyboard alone ---------------------------------------------------
+
+
+def test_twenty_requests_cleared_with_the_keyboard_only(app, api, contexts, shoot):
+    t = tag()
+    ids = halted_many(api, [f"Refund order Q-{n}, ${n} (queue {t})" for n in range(1, 21)])
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&sort=oldest")
+    for request_id in ids:
+        expect(row_of(page, request_id)).to_have_count(1)
+    blur(page)
+    shoot(page, "1-queue")
+
+    keys = []
+
+    def press(key: str) -> None:
+        keys.append(key)
+        page.keyboard.press(key)
+
+    per_approval = []
+    for n, request_id in enumerate(ids):
+        before = len(keys)
+        if not detail_card(page, request_id).count():
+            press("Enter")  # the first one: open it
+            expect(detail_card(page, request_id)).to_be_visible()
+        press("a")
+        wait_state(api, request_id, "approved")
+        if n + 1 < len(ids):
+            expect(detail_card(page, ids[n + 1])).to_be_visible()  # opened by itself
+        per_approval.append(len(keys) - before)
+
+    shoot(page, "2-cleared")
+    assert max(per_approval) <= 3, per_approval
+    assert len(keys) <= 3 * len(ids)
+    assert len(keys) == len(ids) + 1  # Enter once, then one key per approval
+    for request_id in ids:
+        assert state_of(api, request_id)["state"] == "approved"
+
+
+# -- without JavaScript ------------------------------------------------------------------------
+
+
+def test_claim_snooze_and_bulk_work_without_javascript(app, api, contexts, shoot):
+    t = tag()
+    ids = halted_many(api, [f"Refund order W-{n}, ${n} (no js {t})" for n in (1, 2, 3)])
+    page = login(contexts(java_script_enabled=False), app, "reviewer")
+    page.goto(app.url(f"/?q={t}&sort=oldest&r={ids[0]}"))
+    expect(page.locator("#triage-tools")).to_be_hidden()  # the keys need JavaScript
+    bar = page.locator("#detail .claim-bar")
+    bar.get_by_role("button", name="Claim").click()
+    page.wait_for_load_state()
+    expect(page.locator("#toasts")).to_contain_text("You claimed this request.")
+    expect(page.locator("#detail .claim-bar")).to_contain_text("Claimed by you")
+    assert state_of(api, ids[0])["claim"]["by"] == "reviewer"
+    shoot(page, "1-claimed")
+
+    page.locator("#detail .claim-bar").get_by_role("button", name="Ignore").click()
+    page.wait_for_load_state()
+    expect(page.locator("#toasts")).to_contain_text("Ignored")
+    expect(row_of(page, ids[0])).to_have_count(0)
+
+    for request_id in ids[1:]:
+        row_of(page, request_id).locator("input.row-select").check()
+    page.fill("#bulk-reason", "not today")
+    page.get_by_role("button", name="Decline selected").click()
+    page.wait_for_load_state()
+    expect(page.locator("#toasts")).to_contain_text("2 of 2 declined.")
+    shoot(page, "2-bulk")
+    for request_id in ids[1:]:
+        assert state_of(api, request_id)["decision"]["reason"] == "not today"
+    assert state_of(api, ids[0])["state"] == "pending"
