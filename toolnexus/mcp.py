@@ -7,6 +7,8 @@
   toolnexus `Request`, and a toolnexus `Answer` as the SDK's `ElicitResult`
   (accept / decline / cancel).
 - `elicitation_errors`: what is wrong with an answer's content for a halted elicitation.
+- `answer_elicitation`: give a server the answer to its question outside any run (a run
+  that will not resume: the server hears `cancel`).
 
 The official `mcp` SDK is an optional extra (`toolnexus-web[mcp]`): this module imports
 without it, and anything that needs it raises an `ImportError` naming the extra.
@@ -28,6 +30,7 @@ __all__ = [
     "MCP_EXTRA_HINT",
     "McpServer",
     "McpServerError",
+    "answer_elicitation",
     "answer_to_elicit_result",
     "elicitation_errors",
     "elicitation_to_request",
@@ -104,7 +107,9 @@ class McpServer:
     `protocol`: `"legacy"` (the 2025 handshake, where a server asks mid-call with
     `elicitation/create`) or `"auto"` (the SDK's negotiation: a 2026-07-28 server asks
     through `InputRequiredResult`; both are bridged the same way). `required=False` lets a
-    toolkit start without this server when it fails to start (a warning is issued).
+    toolkit start without this server when it fails to start (a warning is issued): its
+    tools are not offered, and a call to one of them (a halted call resumed) is an error
+    result naming the server and why.
     """
 
     name: str
@@ -307,3 +312,20 @@ def elicitation_errors(request: Request, data: Mapping[str, Any] | None) -> list
     if isinstance(schema, Mapping):
         problems.extend(schema_errors(content, schema))
     return problems
+
+
+async def answer_elicitation(servers: Any, request: Request, answer: Answer) -> Any:
+    """Give the MCP server whose question halted a call the `answer`, outside any run.
+
+    For a run that will not resume (cancelled): at the halt the server's call was cancelled;
+    this starts that server alone (`servers` as for `create_toolkit`), replays the call with
+    the same arguments and gives the replayed question `answer` (a refusal: `decline` for
+    reason "declined", else `cancel`), then stops the server. Returns the tool's
+    `ToolResult` (no model reads it); a server that cannot start or a call that fails is an
+    error result, nothing is raised for them. The assumption of every replay holds: the tool
+    does nothing irreversible before it asks.
+    """
+    require_mcp()
+    from .mcp_client import answer_halted  # needs the optional `mcp` SDK
+
+    return await answer_halted(servers_of(servers), request, answer)

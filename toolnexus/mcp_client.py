@@ -55,9 +55,18 @@ from .mcp import (
     safe_name,
 )
 from .relay import relay_tool
-from .types import Answer, Request, Tool, ToolContext, ToolResult, new_request_id, pending
+from .types import (
+    Answer,
+    Request,
+    Tool,
+    ToolContext,
+    ToolResult,
+    new_request_id,
+    pending,
+    pending_of,
+)
 
-__all__ = ["McpConnection", "open_servers"]
+__all__ = ["McpConnection", "answer_halted", "open_servers", "unavailable_tool"]
 
 WaitFor = Callable[[Request], "Answer | Awaitable[Answer | None] | None"]
 
@@ -159,6 +168,14 @@ def _unavailable(server: str, tool: str, detail: str) -> str:
     return f"{tool} was not run: {detail}"
 
 
+def _servers_down(tool: str, servers: list[McpConnection]) -> str:
+    names = ", ".join(f'"{s.spec.name}"' for s in servers)
+    which = f"MCP server {names} is" if len(servers) == 1 else f"MCP servers {names} are"
+    their = "its" if len(servers) == 1 else "their"
+    errors = "; ".join(s.error or "failed to start" for s in servers)
+    return f"{tool} was not run: {which} unavailable, so {their} tools are not offered ({errors})"
+
+
 def _timed_out(server: str, tool: str, seconds: float) -> str:
     return (
         f'MCP tool {tool} (server "{server}") did not finish within {seconds:g}s; '
@@ -247,6 +264,7 @@ class McpConnection:
         self._lock = asyncio.Lock()
         self._call: _Call | None = None
         self._closed = False
+        self._started = False  # it started once (its tools were listed)
         # The server's stderr, for the last lines of a failure; closed by `aclose`.
         self._errlog = tempfile.TemporaryFile() if spec.command is not None else None  # noqa: SIM115
 
@@ -255,6 +273,11 @@ class McpConnection:
     @property
     def running(self) -> bool:
         return self._client is not None
+
+    @property
+    def failed_to_start(self) -> bool:
+        """It never started, so its tools were never listed (an optional server left out)."""
+        return not self._started and self.error is not None
 
     def status(self) -> dict[str, Any]:
         return {
@@ -279,7 +302,7 @@ class McpConnection:
             except McpServerError as exc:
                 errors.append(exc)
                 break
-            self.transport, self.error = kind, None
+            self.transport, self.error, self._started = kind, None, True
             return
         error = errors[0]
         if len(errors) > 1:
@@ -708,13 +731,61 @@ def _warn_unmatched(server: McpConnection) -> None:
                 )
 
 
+def unavailable_tool(name: str, servers: Iterable[McpConnection]) -> str | None:
+    """The error for a call to `name`, a tool the toolkit does not offer, when MCP servers
+    failed to start (their tools were never listed, so `name` may be one of theirs): names
+    them and why. A `<server>__` prefix of `name` narrows it to that server. None when every
+    server started."""
+    down = [s for s in servers if s.failed_to_start]
+    if not down:
+        return None
+    own = [s for s in down if name.startswith(f"{s.spec.label}__")]
+    return _servers_down(name, own or down)
+
+
+async def answer_halted(specs: list[McpServer], request: Request, answer: Answer) -> ToolResult:
+    """Give the server whose question halted a call (`request`, kind "elicitation") the
+    `answer`, outside any run: only that server is started, the call is replayed with the
+    same arguments and, when the server asks the same question, the answer is given to it.
+    A server that cannot start, or a call that fails, is an error result."""
+    data = request.data or {}
+    name, exposed, args = data.get("server"), data.get("tool"), data.get("input")
+    if request.kind != ELICITATION_KIND or not (
+        isinstance(name, str) and isinstance(exposed, str) and isinstance(args, dict)
+    ):
+        raise ValueError("not the request of an MCP server's question (kind elicitation)")
+    if answer.id != request.id:
+        raise ValueError(f"answer id {answer.id!r} does not echo the request id {request.id!r}")
+    tool = data.get("serverTool") or exposed
+    spec = next((s for s in specs if s.name == name), None)
+    if spec is None:
+        return ToolResult(
+            _unavailable(name, exposed, f'MCP server "{name}" is not among the servers given'),
+            is_error=True,
+        )
+    server = McpConnection(spec)
+    try:
+        try:
+            await server.start()
+        except McpServerError as exc:
+            return ToolResult(_unavailable(name, exposed, str(exc)), is_error=True)
+        result = await server.call(tool, exposed, dict(args), answer)
+    finally:
+        await server.aclose()
+    asked = pending_of(result)
+    if asked is not None:  # never with a replayed answer; a question is never left open
+        return ToolResult(texts.unresolved(asked.prompt), is_error=True)
+    return result
+
+
 async def open_servers(
     specs: list[McpServer], *, wait_for: WaitFor | None, reserved: set[str]
 ) -> tuple[list[McpConnection], list[Tool]]:
     """Start every server (concurrently), list their tools and build the toolkit's tools.
 
     A required server that fails to start closes the others and raises `McpServerError`;
-    an optional one is left out with a warning.
+    an optional one is left out with a warning (its connection stays, with its error: a call
+    to a tool the toolkit does not offer names it, see `unavailable_tool`).
     """
     servers = [McpConnection(spec, wait_for) for spec in specs]
     try:

@@ -72,13 +72,22 @@ class Toolkit:
         a task each."""
         tool = self._tools.get(name)
         if tool is None or tool.execute is None:
-            return ToolResult(unknown_tool(name), is_error=True)
+            return ToolResult(self._unknown(name), is_error=True)
         result = tool.execute(args if args is not None else {}, ctx or ToolContext())
         if isinstance(result, ToolResult):
             return result
         if inspect.isawaitable(result):
             return _settle(name, result)
         return _checked(name, result)
+
+    def _unknown(self, name: str) -> str:
+        """`Unknown tool: x`; when MCP servers failed to start, `x` may be one of their tools
+        (a call made before, a resumed halt): the error names them and why."""
+        if any(c.failed_to_start for c in self._mcp):
+            from .mcp_client import unavailable_tool  # there are connections: the SDK is here
+
+            return unavailable_tool(name, self._mcp) or unknown_tool(name)
+        return unknown_tool(name)
 
     def skills_prompt(self) -> str:
         return ""

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import ToolExecution
+from ..models import RequestCall, ToolExecution
 
 
 def execution_begin(
@@ -25,11 +25,25 @@ def execution_begin(
 
 
 def execution_finish(
-    *, run_id: int, message_index: int, call_id: str, output: str, is_error: bool
+    *,
+    run_id: int,
+    message_index: int,
+    call_id: str,
+    output: str,
+    is_error: bool,
+    request_call_pk: int | None = None,
 ) -> None:
-    ToolExecution.objects.filter(
+    """Record a tool's result; `request_call_pk`: a decided relay call's row, which gets the
+    result in the same transaction."""
+    finish = ToolExecution.objects.filter(
         run_id=run_id, message_index=message_index, call_id=call_id
-    ).update(output=output, is_error=is_error, finished_at=timezone.now())
+    )
+    if request_call_pk is None:
+        finish.update(output=output, is_error=is_error, finished_at=timezone.now())
+        return
+    with transaction.atomic():
+        finish.update(output=output, is_error=is_error, finished_at=timezone.now())
+        RequestCall.objects.filter(pk=request_call_pk).update(output=output, is_error=is_error)
 
 
 def execution_discard(*, run_id: int, message_index: int, call_id: str) -> None:

@@ -13,7 +13,8 @@ call again for the same run after a crash at any point:
 
 The agent's MCP servers are connected for each step and closed at its end: nothing of a
 connection outlives a step, so a run halted on a server's question (kind "elicitation")
-resumes in any worker, the call replayed with the stored answer. MCP tools are journaled
+resumes in any worker, the call replayed with the stored answer. A server that does not
+start is a tool error for the model, never a failed step. MCP tools are journaled
 like the agent's own, under "<server> · <tool>" (the record shows where a call ran).
 
 The engine runs through `async_to_sync`: in a worker, on the worker process's one event loop
@@ -23,6 +24,7 @@ The engine runs through `async_to_sync`: in a worker, on the worker process's on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import re
@@ -70,15 +72,18 @@ def enqueue(run: Run) -> None:
 def drive(run_id: int) -> str:
     """Claim and drive a run to its next stop (done, pending, incomplete or failed)."""
     worker_id = f"{current_worker_id()}:{uuid.uuid4().hex[:12]}"
-    run = store.run_claim(run_id=run_id, worker_id=worker_id)
-    if run is None:
+    # One transaction: the claim, and the decided request the step starts from.
+    claimed = store.run_claim_step(run_id=run_id, worker_id=worker_id)
+    if claimed is None:
         return "skipped"  # already taken, finished or cancelled
+    run, request = claimed
     try:
         agent = agents.require(run.agent)
-        request = _request_to_apply(run)
         answer = _answer_for(run, agent, request) if request is not None else None
         servers = agent.mcp_servers_for(run)  # host code may read the database: not async
-        result = async_to_sync(_drive)(run, agent, worker_id, request, answer, servers)
+        # The request to mark applied, until a checkpoint has (the outcome need not repeat it).
+        applied = {"pk": request.pk if request is not None else None}
+        result = async_to_sync(_drive)(run, agent, worker_id, request, answer, servers, applied)
     except LeaseLost as exc:
         log.warning("%s", exc)
         return "lease lost"
@@ -104,7 +109,7 @@ def drive(run_id: int) -> str:
         run_id=run_id,
         worker_id=worker_id,
         result=result,
-        applied_request_pk=request.pk if request else None,
+        applied_request_pk=applied["pk"],
     )
     return _settle_safely(run_id, worker_id, write, result.status)
 
@@ -164,13 +169,7 @@ def run_requeue(*, run_id: int, worker_id: str, reason: str) -> None:
 
 def _request_to_apply(run: Run) -> ApprovalRequest | None:
     """The decided request whose answer is not yet in the transcript, if any."""
-    return (
-        run.requests.filter(applied_at__isnull=True)
-        .exclude(state=ApprovalRequest.State.PENDING)
-        .prefetch_related("calls")
-        .order_by("-created_at", "-id")
-        .first()
-    )
+    return store.request_to_apply(run)
 
 
 def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answer:
@@ -181,8 +180,8 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
     results = []
     for call in request.calls.all():
         if call.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT):
+            # The journal and the call row get the result in one transaction.
             output, is_error = _run_executor(run, agent, call, message_index)
-            store.request_call_store_output(call_pk=call.pk, output=output, is_error=is_error)
         else:
             output, is_error = call.output or "", call.is_error
         results.append(RelayResult(call.call_id, output, is_error))
@@ -210,7 +209,9 @@ def _run_executor(
     executor = agent.executor_for(call.tool_name)
     args = call.edited_input if call.edited_input is not None else call.input
     if executor is None:
-        return f"no executor is registered for {call.tool_name}", True
+        output = f"no executor is registered for {call.tool_name}"
+        store.request_call_store_output(call_pk=call.pk, output=output, is_error=True)
+        return output, True
     earlier = journal.execution_begin(
         run_id=run.pk,
         message_index=message_index,
@@ -219,7 +220,9 @@ def _run_executor(
         input=args,
     )
     if earlier is not None:
-        return _remembered(earlier)
+        output, is_error = _remembered(earlier)
+        store.request_call_store_output(call_pk=call.pk, output=output, is_error=is_error)
+        return output, is_error
     try:
         out = executor(dict(args))
         if inspect.isawaitable(out):
@@ -235,6 +238,7 @@ def _run_executor(
         call_id=call.call_id,
         output=output,
         is_error=is_error,
+        request_call_pk=call.pk,
     )
     return output, is_error
 
@@ -334,9 +338,13 @@ _SAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 async def _open_toolkit(agent: agents.Agent, run_id: int, servers: list[McpServer]) -> Any:
     """The step's toolkit: the agent's tools and its MCP servers' (started now), each real
-    execution journaled."""
+    execution journaled. A server that does not start never fails the step: its tools are
+    left out and a call to one of them (a halted call resumed) is a tool error naming the
+    server and why, which the model reads (every server is opened as not `required`)."""
     toolkit = await create_toolkit(
-        builtins=False, extra_tools=_prepare_tools(agent, run_id), mcp_servers=servers or None
+        builtins=False,
+        extra_tools=_prepare_tools(agent, run_id),
+        mcp_servers=[dataclasses.replace(s, required=False) for s in servers] or None,
     )
     if not servers:
         return toolkit
@@ -366,14 +374,26 @@ async def _drive(
     request: ApprovalRequest | None,
     answer: Answer | None,
     servers: list[McpServer] | None = None,
+    applied: dict[str, int | None] | None = None,
 ) -> RunResult:
-    applied = {"pk": request.pk if request is not None else None}
+    if applied is None:
+        applied = {"pk": request.pk if request is not None else None}
+    dialect: list[Any] = [None]  # the client's, once it is open
 
     async def checkpoint(info: dict[str, Any]) -> None:
+        messages = info["messages"]
+        if (
+            "response" in info
+            and dialect[0] is not None
+            and dialect[0].is_final_reply(messages[-1] if messages else None)
+        ):
+            # A final reply (after_llm, no tool calls): the run ends now, with nothing run in
+            # between; the outcome stores this transcript in its own transaction.
+            return
         await sync_to_async(store.run_checkpoint)(
             run_id=run.pk,
             worker_id=worker_id,
-            messages=info["messages"],
+            messages=messages,
             applied_request_pk=applied["pk"],
         )
         applied["pk"] = None  # committed with this checkpoint: later ones need not repeat it
@@ -383,6 +403,7 @@ async def _drive(
     # reused run after run; each run gets its own copy with its system prompt and hooks.
     async with toolkit, clients.client_for_run(agent, run.system_prompt) as client:
         client.hooks = _with_checkpoints(client.hooks, checkpoint)
+        dialect[0] = getattr(client, "dialect", None)
         if request is not None and answer is not None:
             return await client.run_with_answer(toolkit, run.messages, request.to_engine(), answer)
         if run.messages:

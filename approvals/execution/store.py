@@ -25,6 +25,18 @@ RunStatus = Run.Status
 
 def run_claim(*, run_id: int, worker_id: str) -> Run | None:
     """Take a queued run (or one whose worker's lease lapsed) for this worker, or None."""
+    claimed = run_claim_step(run_id=run_id, worker_id=worker_id)
+    return claimed[0] if claimed is not None else None
+
+
+# What a claim writes on the run row (never the transcript, which it only reads).
+_CLAIM_FIELDS = ["status", "version", "worker_id", "lease_expires_at", "attempts", "error"]
+
+
+def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest | None] | None:
+    """Claim the run (as `run_claim`) and, in the same transaction, read the decided request
+    whose answer is not yet in its transcript (with its calls), if any: one transaction for
+    what a step starts from. None when the run is not this worker's to take."""
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
@@ -52,9 +64,22 @@ def run_claim(*, run_id: int, worker_id: str) -> Run | None:
         run.lease_expires_at = now + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
         run.attempts += 1
         run.error = ""
-        run.save()
+        run.save(update_fields=[*_CLAIM_FIELDS, "updated_at"])
+        request = request_to_apply(run)
         events.announce(run_id=run.pk)
-    return run
+    return run, request
+
+
+def request_to_apply(run: Run) -> ApprovalRequest | None:
+    """The decided request whose answer is not yet in the transcript, if any (its calls
+    prefetched)."""
+    return (
+        run.requests.filter(applied_at__isnull=True)
+        .exclude(state=ApprovalRequest.State.PENDING)
+        .prefetch_related("calls")
+        .order_by("-created_at", "-id")
+        .first()
+    )
 
 
 def locked_own_run(run_id: int, worker_id: str, *, only: tuple[str, ...] = ()) -> Run:
@@ -82,17 +107,34 @@ def run_checkpoint(
         run.lease_expires_at = timezone.now() + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
         run.save(update_fields=["messages", "lease_expires_at", "updated_at"])
         if applied_request_pk is not None:
-            ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
-                applied_at=timezone.now()
-            )
+            _mark_applied(applied_request_pk)
+
+
+# What storing an outcome reads of the run row (the transcript is replaced, not read; the
+# prompt and the rest stay as they are), and writes.
+_RESULT_READ = (
+    "agent",
+    "turns",
+    "usage",
+    "text",
+    "worker_id",
+    "lease_expires_at",
+    "finished_at",
+    "version",
+    "updated_at",
+)
 
 
 def run_store_result(
-    *, run_id: int, worker_id: str, result: RunResult, applied_request_pk: int | None = None
+    *,
+    run_id: int,
+    worker_id: str,
+    result: RunResult,
+    applied_request_pk: int | None = None,
 ) -> Run:
     """Store what an execution ended with: done, incomplete, or halted on a new request."""
     with transaction.atomic():
-        run = locked_own_run(run_id, worker_id)
+        run = locked_own_run(run_id, worker_id, only=_RESULT_READ)
         run.messages = result.messages
         run.turns += result.turns
         run.usage = {k: run.usage.get(k, 0) + v for k, v in result.usage.items()}
@@ -100,9 +142,7 @@ def run_store_result(
         run.worker_id = ""
         run.lease_expires_at = None
         if applied_request_pk is not None:
-            ApprovalRequest.objects.filter(pk=applied_request_pk, applied_at__isnull=True).update(
-                applied_at=timezone.now()
-            )
+            _mark_applied(applied_request_pk)
         request_pk = None
         if result.status == "pending" and result.pending is not None:
             row = create_request(run, result.pending)
@@ -121,9 +161,16 @@ def run_store_result(
         else:
             set_run_status(run, RunStatus.DONE, action="run_done", text=result.text[:500])
             run.finished_at = timezone.now()
-        run.save()
+        run.save(update_fields=["messages", "status", *_RESULT_READ[1:]])
         events.announce(run_id=run.pk, request_pk=request_pk, created=request_pk is not None)
     return run
+
+
+def _mark_applied(request_pk: int) -> None:
+    """The request's answer is in the transcript now (one UPDATE, a no-op the second time)."""
+    ApprovalRequest.objects.filter(pk=request_pk, applied_at__isnull=True).update(
+        applied_at=timezone.now()
+    )
 
 
 def run_fail(*, run_id: int, worker_id: str, error: str) -> None:
@@ -161,12 +208,11 @@ def runs_renew_leases(*, worker_prefix: str) -> int:
 
 
 def request_store_answer(*, request_pk: int, answer: Answer) -> None:
-    """The worker built a relay answer from executor results: keep it with the decision."""
-    with transaction.atomic():
-        row = ApprovalRequest.objects.select_for_update().get(pk=request_pk)
-        if row.answer is None:
-            row.answer = answer.to_dict()
-            row.save(update_fields=["answer"])
+    """The worker built a relay answer from executor results: keep it with the decision
+    (one conditional UPDATE: an answer stored before is kept)."""
+    ApprovalRequest.objects.filter(pk=request_pk, answer__isnull=True).update(
+        answer=answer.to_dict()
+    )
 
 
 def request_call_store_output(*, call_pk: int, output: str, is_error: bool) -> None:

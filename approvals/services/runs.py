@@ -11,12 +11,14 @@ from django.db import transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
+from toolnexus.mcp import ELICITATION_KIND
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
 from ..conf import app_settings
 from ..domain.exceptions import InvalidInput, InvalidTransition, ServiceError
 from ..domain.records import append_event, record_decision, set_run_status
+from ..execution.elicitations import enqueue_tell
 from ..execution.runner import enqueue
 from ..models import ApprovalRequest, Run
 from ..permissions import (
@@ -124,7 +126,9 @@ def run_retry(*, run_id: int, user: Any) -> Run:
 
 
 def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
-    """Stop a run for good; its open request (if any) is cancelled with it."""
+    """Stop a run for good; its open request (if any) is cancelled with it. When the run waits
+    on an MCP server's question (open, or decided but not yet carried to the server), a task
+    queued in the same transaction tells that server `cancel` (`execution.elicitations`)."""
     require(user, DECIDE_PERMISSION, "cancel runs")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -141,10 +145,28 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
                 reason or "cancelled",
                 resume=False,
             )
+        unanswered = _unanswered_elicitation(run, open_request)
         set_run_status(run, RunStatus.CANCELLED, actor=user, action="run_cancelled", reason=reason)
         run.worker_id = ""
         run.lease_expires_at = None
         run.finished_at = timezone.now()
         run.save()
+        if unanswered is not None:
+            enqueue_tell(unanswered)
         events.announce(run_id=run.pk, request_pk=open_request.pk if open_request else None)
     return run
+
+
+def _unanswered_elicitation(run: Run, open_request: ApprovalRequest | None) -> Any:
+    """The MCP server's question whose server has not heard how it ended: the open one, or
+    one decided while no worker holds the run (queued or failed) and not yet applied."""
+    if open_request is not None:
+        return open_request if open_request.kind == ELICITATION_KIND else None
+    if run.status not in (RunStatus.QUEUED, RunStatus.FAILED):
+        return None  # a running step carries its decided request to the server itself
+    return (
+        run.requests.filter(kind=ELICITATION_KIND, applied_at__isnull=True)
+        .exclude(state=State.PENDING)
+        .order_by("-created_at", "-id")
+        .first()
+    )

@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 from django.contrib.auth.models import Permission
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from approvals import services
+from approvals import agents, services
+from approvals.agents.demo import demo_generate
+from approvals.models import Run
+from approvals.testing import drain
+from toolnexus import create_in_process_client
+from toolnexus.relay import relay_tool
 
 from .factories import bearer, make_user, post_json, start_and_halt
 
@@ -89,3 +96,103 @@ def test_the_run_lock_of_a_decision_does_not_read_the_transcript():
         services.request_decline(request_id=request_id, user=user, reason="no")
     run_reads = [s for s in _statements(ctx) if s.startswith("SELECT") and "approvals_run" in s]
     assert run_reads and all('"messages"' not in s for s in run_reads), run_reads
+
+
+# -- the resume a decision causes ------------------------------------------------------------
+
+
+def _refund(args):
+    return f"paid {args['amount']}"
+
+
+@pytest.fixture
+def refund_agent():
+    agents.register(
+        "cost_refund",
+        model=lambda: create_in_process_client(generate=demo_generate),
+        tools=lambda: [
+            relay_tool(
+                "refund",
+                "refund",
+                {
+                    "type": "object",
+                    "properties": {"order": {"type": "string"}, "amount": {"type": "number"}},
+                    "required": ["order", "amount"],
+                },
+            )
+        ],
+        executors={"refund": _refund},
+        replace=True,
+    )
+    yield "cost_refund"
+    agents.unregister("cost_refund")
+
+
+@contextmanager
+def _counting_transactions():
+    """Count the transactions the default connection runs: commits of atomic blocks, plus
+    every statement run in autocommit mode (each one its own transaction)."""
+    wrapper = connections["default"]
+    counts = {"transactions": 0}
+    real_commit = wrapper._commit
+
+    def commit():
+        counts["transactions"] += 1
+        return real_commit()
+
+    def each(execute, sql, params, many, context):
+        if not wrapper.in_atomic_block and wrapper.get_autocommit():
+            counts["transactions"] += 1
+        return execute(sql, params, many, context)
+
+    wrapper._commit = commit
+    try:
+        with wrapper.execute_wrapper(each):
+            yield counts
+    finally:
+        del wrapper._commit
+
+
+def _resume(agent: str, decide) -> tuple[list[str], int, Run]:
+    user = make_user()
+    run = start_and_halt(agent=agent, prompt="Refund order A-4004, $44", user=user)
+    assert run.status == "pending"
+    decide(run.requests.get().request_id, user)
+    with CaptureQueriesContext(connection) as ctx, _counting_transactions() as counts:
+        assert drain() == 1
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    return _statements(ctx), counts["transactions"], run
+
+
+def test_an_approved_relay_resume_stays_within_its_budget(refund_agent):
+    """The worker's side of an approval whose executor runs: claim the task; claim the run
+    and read the decided request with its calls (one transaction); journal the executor's
+    start; its result with the call's row (one transaction); keep the answer; checkpoint the
+    turn the answer is applied to (before the model is called); store the model's final
+    reply with the outcome (one transaction: nothing runs between them); finish the task."""
+    statements, transactions, run = _resume(
+        refund_agent, lambda rid, user: services.request_approve(request_id=rid, user=user)
+    )
+    assert "paid 44" in run.text or "paid 44" in str(run.messages)
+    # drain() ends with one poll that finds the queue empty (a statement, a transaction).
+    # Before issue 15's cuts: 24 statements, 13 transactions on PostgreSQL (the request and
+    # its calls read in two transactions of their own, the call's result and the answer
+    # stored apart from the journal, the final reply checkpointed before the outcome).
+    assert len(statements) <= 20, "\n".join(statements)
+    if connection.vendor == "postgresql":
+        assert transactions <= 9, "\n".join(statements)
+    assert sum('"messages"' in s and s.startswith("UPDATE") for s in statements) == 2
+
+
+def test_a_declined_relay_resume_stays_within_its_budget(refund_agent):
+    """Claim the task, claim the run with the decided request (one transaction), checkpoint
+    the answered turn, store the final reply with the outcome, finish the task."""
+    statements, transactions, _ = _resume(
+        refund_agent,
+        lambda rid, user: services.request_decline(request_id=rid, user=user, reason="no"),
+    )
+    # With drain()'s last, empty poll. Before issue 15's cuts: 18 statements, 9 transactions.
+    assert len(statements) <= 15, "\n".join(statements)
+    if connection.vendor == "postgresql":
+        assert transactions <= 6, "\n".join(statements)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
 
 from approvals import agents, services
 from approvals.agents.demo import (
@@ -32,6 +33,7 @@ from approvals.agents.demo import (
 from approvals.agents.demo_mcp_server import LOG_ENV, QUESTION
 from approvals.domain.exceptions import InvalidInput
 from approvals.execution import recovery
+from approvals.execution.elicitations import TOLD, tell
 from approvals.models import ApprovalRequest, Run, ToolExecution
 from approvals.presenters.cards import request_card
 from tests.engine.mcp_servers.harness import (
@@ -278,17 +280,61 @@ def test_expiry_is_cancel_for_the_server(booker, log, reviewer):
     assert "the guest said cancel" in tool_output(run, "call_book")
 
 
-def test_a_cancelled_run_stores_cancel_and_calls_the_server_no_more(booker, log, reviewer):
+def test_cancelling_a_run_waiting_on_a_question_tells_its_server_cancel(booker, log, reviewer):
     run, row = halt(booker, reviewer)
-    calls = len(events(log, "call"))
+    first = events(log, "call")[0]["pid"]
     services.run_cancel(run_id=run.pk, user=reviewer, reason="the guest left")
     row.refresh_from_db()
     assert row.state == "cancelled"
     assert answer_to_elicit_result(Answer.from_dict(row.answer)).action == "cancel"
-    assert drain() == 0
+    assert answers(log) == []  # the cancel itself waits for no server
+    # the task committed with the cancel: whichever worker runs next (a crash of the one
+    # that cancelled loses nothing) starts the server and answers its question `cancel`
+    (queued,) = DBTaskResult.objects.ready()
+    assert queued.task_path.endswith("tell_server") and queued.args_kwargs["args"] == [row.pk]
+    assert drain() == 1
+    assert answers(log) == [("cancel", None)]
+    assert events(log, "call")[-1]["pid"] != first  # a server process of its own
+    run = fresh(run)
+    assert run.status == "cancelled"  # no model step ran: the transcript is as it halted
+    assert tool_output(run, "call_book") == QUESTION
+    (told,) = row.events.filter(action=TOLD)
+    assert told.detail["server"] == "tables" and told.detail["told"] == "cancel"
+    assert told.detail["output"] == "declined/expired: " + QUESTION + (
+        " (reason: cancelled)\nNo table booked at Trattoria Demo: the guest said cancel."
+    )
+    # run again (a task row run twice): the server is not told twice
+    assert tell(row.pk) == "already told" and answers(log) == [("cancel", None)]
+
+
+@pytest.mark.parametrize(
+    ("decide", "heard"),
+    [
+        (lambda row, user: recovery.request_expire(request_id=row.request_id), "cancel"),
+        (
+            lambda row, user: services.request_decline(request_id=row.request_id, user=user),
+            "decline",
+        ),
+        (
+            lambda row, user: services.request_approve(
+                request_id=row.request_id, user=user, input={"party_size": 2, "name": "Lin"}
+            ),
+            "cancel",  # the run will not resume: an accepted answer is never acted on
+        ),
+    ],
+    ids=["expired", "declined", "accepted"],
+)
+def test_a_run_cancelled_before_its_decided_question_reached_the_server(
+    booker, log, reviewer, decide, heard
+):
+    run, row = halt(booker, reviewer)
+    decide(row, reviewer)
+    assert fresh(run).status == "queued"
+    services.run_cancel(run_id=run.pk, user=reviewer)
+    assert drain() == 2  # the resume (skipped: the run is cancelled) and telling the server
     assert fresh(run).status == "cancelled"
-    # the server's call was cancelled at the halt; a cancelled run runs nothing more
-    assert len(events(log, "call")) == calls and answers(log) == []
+    assert answers(log) == [(heard, None)]
+    assert not ToolExecution.objects.filter(run=run).exists()  # nothing was booked
 
 
 def test_content_that_does_not_fit_the_form_is_refused_naming_the_field(booker, reviewer):
@@ -367,7 +413,7 @@ def test_the_inbox_renders_the_form_keeps_typing_on_errors_and_sends_the_answer(
 ):
     run, row = halt(booker, reviewer)
     client = session_client(reviewer)
-    html = client.get("/").content.decode()
+    html = client.get(f"/?r={row.request_id}").content.decode()  # selected: its card
     assert "MCP question" in html and QUESTION in html
     assert 'title="MCP server">tables</span> · <code>book_table</code>' in html
     assert 'name="field.party_size"' in html and 'type="number" step="1"' in html
@@ -451,7 +497,7 @@ def test_url_mode_shows_the_link_and_approving_is_consent(tmp_path, reviewer):
         assert row.data["mode"] == "url" and "schema" not in row.data
         card = request_card(row, can_decide=True)
         assert card.asks_consent and card.source == "auth · login"
-        html = session_client(reviewer).get("/").content.decode()
+        html = session_client(reviewer).get(f"/?r={row.request_id}").content.decode()
         assert "Consent and continue" in html and 'href="https://auth.example/login"' in html
         with pytest.raises(InvalidInput, match="input: auth asks for consent"):
             services.request_approve(request_id=row.request_id, user=reviewer, input={"x": 1})
@@ -466,18 +512,60 @@ def test_url_mode_shows_the_link_and_approving_is_consent(tmp_path, reviewer):
         agents.unregister("signer")
 
 
-def test_a_server_that_does_not_start_fails_the_run_saying_which(reviewer):
+def test_a_server_that_does_not_start_is_a_tool_error_and_the_run_finishes(reviewer):
+    gone = McpServer.stdio("gone", sys.executable, "-c", "import sys; sys.exit('no licence')")
     agents.register(
         "broken",
-        model=lambda: create_in_process_client(generate=scripted("x", {})),
-        mcp_servers=[McpServer.stdio("gone", sys.executable, "-c", "import sys; sys.exit(3)")],
+        model=lambda: create_in_process_client(generate=scripted("gone__lookup", {})),
+        mcp_servers=[gone],  # required (the default): still never a failed run
         replace=True,
     )
     try:
         run = services.run_start(agent="broken", prompt="go", started_by=reviewer)
-        drain()
+        with pytest.warns(UserWarning, match='MCP server "gone" failed to start'):
+            drain()
         run = fresh(run)
-        assert run.status == "failed"
-        assert run.error.startswith('McpServerError: MCP server "gone" failed to start')
+        assert run.status == "done", run.error
+        output = tool_output(run, "call_1")
+        assert output.startswith(
+            'gone__lookup was not run: MCP server "gone" is unavailable, so its tools are not '
+            'offered (MCP server "gone" failed to start'
+        )
+        assert "no licence" in output  # its stderr
+        assert run.text == "tool said: " + output  # the model read it and replied
     finally:
         agents.unregister("broken")
+
+
+def test_a_resume_whose_server_does_not_start_reads_an_error_and_finishes(
+    booker, log, reviewer, tmp_path
+):
+    run, row = halt(booker, reviewer)
+    down = tmp_path / "down"
+    agents.register(  # the same server, now unable to start
+        "booker",
+        model=lambda: create_in_process_client(generate=demo_generate, model="booker"),
+        tools=demo_tools,
+        executors={"refund": issue_refund},
+        mcp_servers=[
+            McpServer.stdio(
+                "tables",
+                sys.executable,
+                "-c",
+                f"import sys; open({str(down)!r}, 'w'); sys.exit('booking service down')",
+            )
+        ],
+        replace=True,
+    )
+    services.request_approve(
+        request_id=row.request_id, user=reviewer, input={"party_size": 4, "name": "Ada"}
+    )
+    with pytest.warns(UserWarning, match='MCP server "tables" failed to start'):
+        drain()
+    run = fresh(run)
+    assert run.status == "done", run.error
+    assert down.exists()
+    output = tool_output(run, "call_book")
+    assert output.startswith('book_table was not run: MCP server "tables" is unavailable')
+    assert "booking service down" in output
+    assert answers(log) == []

@@ -238,6 +238,39 @@ async def test_an_optional_server_that_fails_is_left_out_with_a_warning(log):
         assert status["broken"]["running"] is False and "cannot run" in status["broken"]["error"]
 
 
+async def test_a_call_to_a_tool_of_a_server_that_did_not_start_is_an_error_naming_it(log):
+    """The server's tools were never listed, so the model is not offered them; a call to one
+    anyway (a halted call resumed, a name from earlier turns) reads which server is down and
+    why, and the run goes on."""
+    gone = McpServer.stdio(
+        "gone", PYTHON, "-c", "import sys; sys.exit('no licence key')", required=False
+    )
+    provider = FakeProvider(
+        "inprocess",
+        calls(C("c1", "gone__lookup", {"q": "x"}), C("c2", "add", {"a": 1, "b": 2})),
+        say("the lookup service is down; 1 + 2 = 3"),
+    )
+    with pytest.warns(UserWarning, match='MCP server "gone" failed to start'):
+        tk = await create_toolkit(builtins=False, mcp_servers=[demo(log), gone])
+    async with tk:
+        assert not any(t.name.startswith("gone") for t in tk.tools())
+        started = time.monotonic()
+        result = await provider.client().run("look it up", tk)
+        assert time.monotonic() - started < 20
+    assert result.status == "done" and result.text == "the lookup service is down; 1 + 2 = 3"
+    seen = provider.results_seen()
+    assert seen["c1"].startswith(
+        'gone__lookup was not run: MCP server "gone" is unavailable, so its tools are not '
+        'offered (MCP server "gone" failed to start (command '
+    )
+    assert "no licence key" in seen["c1"]  # the last words on its stderr
+    assert result.tool_calls[0]["is_error"] is True
+    assert seen["c2"] == "3"  # the server that started works as ever
+    # without a failed server an unknown name reads as before
+    async with await create_toolkit(builtins=False, mcp_servers=[demo(log)]) as tk:
+        assert (await tk.execute("nope", {})).output == "Unknown tool: nope"
+
+
 async def test_a_required_failure_closes_the_servers_already_started(log):
     with pytest.raises(McpServerError):
         await create_toolkit(

@@ -13,6 +13,7 @@ import pytest
 
 from tests.engine.helpers import C, FakeProvider, assert_balanced, calls, collect, say, types_of
 from tests.engine.mcp_servers.harness import (
+    PYTHON,
     answers,
     demo,
     events,
@@ -21,7 +22,12 @@ from tests.engine.mcp_servers.harness import (
     server_pids,
 )
 from toolnexus import Answer, Request, create_toolkit
-from toolnexus.mcp import McpServer, answer_to_elicit_result, elicitation_errors
+from toolnexus.mcp import (
+    McpServer,
+    answer_elicitation,
+    answer_to_elicit_result,
+    elicitation_errors,
+)
 from toolnexus.relay import answer_declined
 
 
@@ -115,6 +121,59 @@ async def test_a_durable_refusal_reaches_the_server(log, reason, action):
     assert provider.results_seen()["c1"] == (
         f"declined/expired: What is your name? (reason: {reason})\nno name given ({action})"
     )
+
+
+async def test_a_resume_whose_server_does_not_start_reads_an_error_and_finishes(log):
+    halted = await halt(log)
+    messages, request = stored(halted)
+    down = McpServer.stdio(
+        "demo", PYTHON, "-c", "import sys; sys.exit('disk quota exceeded')", required=False
+    )
+    provider = FakeProvider("inprocess", say("the name service is down"))
+    with pytest.warns(UserWarning, match='MCP server "demo" failed to start'):
+        tk = await create_toolkit(builtins=False, mcp_servers=[down])
+    async with tk:
+        result = await provider.client().run_with_answer(
+            tk, messages, request, Answer(id=request.id, ok=True, data={"name": "Ada"})
+        )
+    assert result.status == "done" and result.text == "the name service is down"
+    seen = provider.results_seen()["c1"]
+    assert seen.startswith('ask_name was not run: MCP server "demo" is unavailable')
+    assert "disk quota exceeded" in seen
+    assert result.tool_calls[0]["is_error"] is True
+    assert answers(log) == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "action"), [("cancelled", "cancel"), ("expired", "cancel"), ("declined", "decline")]
+)
+async def test_answer_elicitation_tells_the_server_outside_any_run(log, reason, action):
+    """A run that will not resume (cancelled): the server hears how its question ended."""
+    halted = await halt(log, args={"greeting": "Hi"})
+    _, request = stored(halted)
+    result = await answer_elicitation([demo(log)], request, answer_declined(request.id, reason))
+    assert answers(log) == [(action, None)]
+    assert result.is_error  # a refusal, as the model would have read it
+    assert result.output == (
+        f"declined/expired: What is your name? (reason: {reason})\nno name given ({action})"
+    )
+    assert len(server_pids(log)) == 2  # a server of its own, stopped since
+
+
+async def test_answer_elicitation_with_a_server_that_does_not_start_is_an_error(log):
+    halted = await halt(log)
+    _, request = stored(halted)
+    down = McpServer.stdio("demo", PYTHON, "-c", "import sys; sys.exit('gone for good')")
+    result = await answer_elicitation([down], request, answer_declined(request.id, "cancelled"))
+    assert result.is_error
+    assert result.output.startswith('ask_name was not run: MCP server "demo" failed to start')
+    assert "gone for good" in result.output
+    result = await answer_elicitation([], request, answer_declined(request.id, "cancelled"))
+    assert result.output == (
+        'ask_name was not run: MCP server "demo" is not among the servers given'
+    )
+    with pytest.raises(ValueError, match="does not echo"):
+        await answer_elicitation([down], request, answer_declined("elc-other", "cancelled"))
 
 
 async def test_an_answer_that_does_not_fit_the_form_is_an_error_not_sent(log):

@@ -1,0 +1,97 @@
+"""Telling an MCP server how its question ended when the run will not resume.
+
+A run halted on an MCP server's question (a request of kind "elicitation") carries the answer
+to the server itself: the resumed step replays the call and the server hears `accept`,
+`decline` or `cancel` (expiry). A cancelled run never resumes, so `run_cancel` queues
+`tell_server` in its own transaction: the task row commits with the cancel or not at all, so
+a worker that crashes after the cancel leaves the task to the next one, and the cancel never
+waits for a server. The task starts that server alone, replays the call and answers its
+question `cancel` (or the stored refusal: `decline` for a reviewer's decline), then stops it
+(`toolnexus.mcp.answer_elicitation`); no model reads what the tool then returns. The outcome
+is in the request's audit trail (`mcp_server_told`), which also keeps a second run of the task
+from telling the server again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django_tasks import task
+
+from toolnexus import Answer, ToolResult
+from toolnexus.mcp import ELICITATION_KIND, answer_elicitation
+from toolnexus.relay import answer_declined
+
+from .. import agents, events
+from ..domain.records import append_event
+from ..models import ApprovalRequest, Run
+
+log = logging.getLogger(__name__)
+
+TOLD = "mcp_server_told"
+# Bounds starting the server and the replayed call together (the call only has to reach
+# the question again).
+TELL_TIMEOUT = 300.0
+
+
+@task()
+def tell_server(request_pk: int) -> str:
+    """The task: give the server of a cancelled run's question `cancel`; safe to run again."""
+    return tell(request_pk)
+
+
+def enqueue_tell(row: ApprovalRequest) -> None:
+    """Queue `tell_server` for `row` (inside the transaction that cancels its run)."""
+    tell_server.enqueue(row.pk)
+
+
+def refusal_for(row: ApprovalRequest) -> Answer:
+    """What the server hears for a run that will not resume: the stored refusal, or
+    `cancel` (an accepted answer is never acted on once the run is cancelled)."""
+    stored = Answer.from_dict(row.answer) if row.answer else None
+    if stored is not None and not stored.ok:
+        return stored
+    return answer_declined(row.request_id, "cancelled")
+
+
+def tell(request_pk: int) -> str:
+    row = ApprovalRequest.objects.select_related("run").filter(pk=request_pk).first()
+    if row is None or row.kind != ELICITATION_KIND or row.run.status != Run.Status.CANCELLED:
+        return "skipped"
+    if row.events.filter(action=TOLD).exists():
+        return "already told"
+    answer = refusal_for(row)
+    agent = agents.get(row.agent)
+    if agent is None:
+        result = ToolResult(f"no agent named {row.agent!r} is registered", is_error=True)
+    else:
+        try:
+            servers = agent.mcp_servers_for(row.run)
+            result = async_to_sync(_tell)(servers, row.to_engine(), answer)
+        except Exception as exc:  # recorded; the worker carries on
+            log.exception("telling the MCP server of request %s failed", row.request_id)
+            result = ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
+    told = "decline" if answer.reason == "declined" else "cancel"
+    with transaction.atomic():
+        append_event(
+            row.run,
+            TOLD,
+            request=row,
+            server=(row.data or {}).get("server", ""),
+            told=told,
+            output=result.output[:2000],
+            is_error=result.is_error,
+        )
+        events.announce(run_id=row.run_id, request_pk=row.pk)
+    return told
+
+
+async def _tell(servers: Any, request: Any, answer: Answer) -> ToolResult:
+    try:
+        return await asyncio.wait_for(answer_elicitation(servers, request, answer), TELL_TIMEOUT)
+    except TimeoutError:
+        return ToolResult(f"no answer within {TELL_TIMEOUT:g}s", is_error=True)
