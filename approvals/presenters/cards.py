@@ -387,6 +387,12 @@ def decision_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     return f"Already {row.state} by {who} at {when}: {title}"
 
 
+def nothing_changed(state: str, decided_by: Any, decided_at: Any = None) -> str:
+    """What a reviewer reads when somebody else decided first (plain text)."""
+    when = f" at {decided_at:%H:%M:%S} UTC" if decided_at else ""
+    return f"Already {state} by {decided_by or 'the system'}{when}: nothing was changed."
+
+
 def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     """A decision as its own decider reads it: "You declined: <reason> (...)"."""
     title = request_title(row, tool_names)[:120]

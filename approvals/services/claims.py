@@ -19,17 +19,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import events
-from ..domain.exceptions import AlreadyDecided, ClaimedByOther, InvalidInput
-from ..domain.records import lock_request
+from ..domain.exceptions import ClaimedByOther, InvalidInput
 from ..models import ApprovalRequest, Event, RequestHide
 from ..permissions import (
     DECIDE_PERMISSION,
     VIEW_REQUESTS,
     require,
-    require_decide_request,
     require_visible,
 )
 from ..selectors import active_claim
+from .requests import lock_for_decision
 
 CLAIMED = "claimed"
 RELEASED = "released"
@@ -37,17 +36,9 @@ TAKEN_OVER = "claim taken over"
 
 
 def _lock_pending(user: Any, request_id: str) -> ApprovalRequest:
-    """The pending request under a row lock, if `user` may decide it (404 for an agent
-    hidden from them, 403 otherwise); AlreadyDecided, telling who, only to those who may
-    decide it. Declining is enough: a starter who may not approve may still claim."""
-    try:
-        row = lock_request(request_id)
-    except AlreadyDecided:
-        stored = ApprovalRequest.objects.only("agent", "run_id").get(request_id=request_id)
-        require_decide_request(user, stored, approving=False)
-        raise
-    require_decide_request(user, row, approving=False)
-    return row
+    """The pending request under a row lock, if `user` may decide it. Declining is enough:
+    a starter who may not approve may still claim."""
+    return lock_for_decision(user, request_id, approving=False)
 
 
 def _event(row: ApprovalRequest, user: Any, action: str, **detail: Any) -> None:

@@ -49,7 +49,7 @@ def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason
         enqueue(run)
 
 
-def _lock_for(user: Any, request_id: str, *, approving: bool) -> ApprovalRequest:
+def lock_for_decision(user: Any, request_id: str, *, approving: bool) -> ApprovalRequest:
     """The pending request under a row lock, if `user` may decide it: per-agent access and
     the starter rule (`permissions.require_decide_request`: 404 for an agent hidden from the
     user, 403 otherwise). Who decided first is told only to those who may decide it."""
@@ -92,7 +92,7 @@ def request_approve(
     """
     require(user, DECIDE_PERMISSION, "decide requests")
     with transaction.atomic():
-        row = _lock_for(user, request_id, approving=True)
+        row = lock_for_decision(user, request_id, approving=True)
         if row.is_relay:
             new_state, answer = _decide_relay_calls(row, input=input, output=output, calls=calls)
             reason = ""
@@ -346,7 +346,7 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
         return request_decline(request_id=request_id, user=user, reason=parsed.reason)
     data = parsed.data or {}
     with transaction.atomic():
-        row = _lock_for(user, request_id, approving=True)
+        row = lock_for_decision(user, request_id, approving=True)
         if row.is_relay:
             calls, fields, output = _relay_calls_from_answer(row, data)
             if output is not None:  # the one-call shorthand
@@ -392,7 +392,7 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
     require(user, DECIDE_PERMISSION, "decide requests")
     reason = clean_reason(reason)
     with transaction.atomic():
-        row = _lock_for(user, request_id, approving=False)
+        row = lock_for_decision(user, request_id, approving=False)
         for call in row.calls.select_for_update():
             call.decision, call.reason = Decision.DECLINE, reason
             call.output, call.is_error = decline_text(call.tool_name, reason), True

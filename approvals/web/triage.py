@@ -151,7 +151,7 @@ def _act(
         return _claim_bar(
             request,
             request_id,
-            f"Already {exc.state} by {exc.decided_by or 'the system'}: nothing was changed.",
+            cards.nothing_changed(exc.state, exc.decided_by),
             "warning",
         )
     except ServiceError as exc:

@@ -194,11 +194,10 @@ def _decide(
             raise PermissionDenied(str(exc)) from None
         raise PermissionDenied(permission_needed(DECIDE)) from None
     except AlreadyDecided as exc:
-        when = f" at {exc.decided_at:%H:%M:%S} UTC" if exc.decided_at else ""
         return _outcome(
             request,
             request_id,
-            f"Already {exc.state} by {exc.decided_by or 'the system'}{when}: nothing was changed.",
+            cards.nothing_changed(exc.state, exc.decided_by, exc.decided_at),
             "warning",
         )
     except ServiceError as exc:
@@ -421,7 +420,7 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
         return _outcome(
             request,
             request_id,
-            f"Already {row.state} by {row.decided_by or 'the system'}: nothing was changed.",
+            cards.nothing_changed(row.state, row.decided_by),
             "warning",
         )
     card = cards.request_card(row, can_decide=True)
