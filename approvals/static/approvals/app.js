@@ -520,7 +520,10 @@
       // the pane as it is now (an outerHTML swap replaced the element the event names)
       var pane = detailPane();
       var card = pane && pane.querySelector("article.card");
-      focusCard(card || pane);
+      // Focus the request that opened, unless the reviewer already went on into one of its
+      // fields (a key such as d may run as soon as the pane is in, before it settles).
+      var active = document.activeElement;
+      if (!(active && pane && pane.contains(active) && isField(active))) focusCard(card || pane);
       // Phones: the detail is a screen of its own (app.css), shown from its top.
       if (window.matchMedia && window.matchMedia("(max-width: 52rem)").matches) window.scrollTo(0, 0);
     }
