@@ -38,6 +38,7 @@ from .. import agents
 from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
 from ..models import ApprovalRequest
 from ..permissions import DECIDE_PERMISSION, require
+from ..selectors import active_claim
 from .requests import request_approve, request_decline
 
 MAX_BULK_IDS = 500
@@ -118,7 +119,18 @@ def requests_bulk(
     rows = {
         r.request_id: r
         for r in ApprovalRequest.objects.filter(request_id__in=ids)
-        .only("pk", "request_id", "kind", "agent", "state", "run_id", "prompt")
+        .only(
+            "pk",
+            "request_id",
+            "kind",
+            "agent",
+            "state",
+            "run_id",
+            "prompt",
+            "claimed_at",
+            "claimed_by",
+        )
+        .select_related("claimed_by")
         .prefetch_related("calls")
     }
     outcomes = []
@@ -126,6 +138,17 @@ def requests_bulk(
         row = rows.get(request_id)
         if row is None:
             outcomes.append(BulkOutcome(request_id, MISSING, "no such request"))
+            continue
+        holder = active_claim(row)
+        if holder is not None and holder.pk != user.pk:
+            # Taking over another reviewer's claim is asked for one request at a time.
+            outcomes.append(
+                BulkOutcome(
+                    request_id,
+                    INVALID,
+                    f"claimed by {holder.get_username()}: open it to take it over",
+                )
+            )
             continue
         if action == "approve" and row.state == ApprovalRequest.State.PENDING:
             problem = _approve_problem(row)

@@ -630,6 +630,33 @@ def test_bulk_decline_takes_every_kind_with_one_reason():
     assert set(ApprovalRequest.objects.values_list("state", "reason")) == {("declined", "batch")}
 
 
+def test_bulk_leaves_a_request_another_reviewer_claimed(settings):
+    starter, me, rita = make_user(), make_user(), make_user(username="rita")
+    theirs = _halted("Refund order A-17", starter)
+    mine = _halted("Refund order A-18", starter)
+    free = _halted("Refund order A-19", starter)
+    services.request_claim(request_id=theirs.request_id, user=rita)
+    services.request_claim(request_id=mine.request_id, user=me)
+    for action in ("approve", "decline"):
+        results = services.requests_bulk(
+            request_ids=[theirs.request_id], user=me, action=action, reason="batch"
+        )
+        assert results[0].status == "invalid"
+        assert "claimed by rita" in results[0].message
+    assert ApprovalRequest.objects.get(pk=theirs.pk).state == "pending"
+    results = services.requests_bulk(
+        request_ids=[mine.request_id, free.request_id], user=me, action="approve"
+    )
+    assert [r.status for r in results] == ["done", "done"]  # my own claim, and no claim
+    # a lapsed claim no longer holds the request back
+    settings.TOOLNEXUS_CLAIM_MINUTES = 1
+    ApprovalRequest.objects.filter(pk=theirs.pk).update(
+        claimed_at=timezone.now() - timedelta(minutes=5)
+    )
+    results = services.requests_bulk(request_ids=[theirs.request_id], user=me, action="approve")
+    assert results[0].status == "done"
+
+
 def test_bulk_reports_a_request_someone_else_decided_first(monkeypatch):
     starter, me, rita = make_user(), make_user(), make_user(username="rita")
     first = _halted("Refund order A-7", starter)
