@@ -240,12 +240,7 @@ class InboxConsumer(_Base):
         return [INBOX_GROUP]
 
     async def connect(self) -> None:
-        query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
-        params = {k: v[0] for k, v in query.items() if v}
-        self.query = InboxQuery.from_params(params)
-        self.params = self.query.as_params()
-        self.filter_query = urlencode(self.params)
-        self.page = params.get("page") or 1
+        params = self._use_filters(self.scope.get("query_string", b"").decode(errors="replace"))
         self.viewing = ""  # request id shown in the detail pane
         self.viewing_pk = None
         wanted = params.get("r", "")
@@ -253,6 +248,20 @@ class InboxConsumer(_Base):
         await super().connect()
         if getattr(self, "user_id", None) is not None and not self.ended and self.wanted:
             await self._view(self.wanted)
+
+    def _use_filters(self, query_string: str) -> dict[str, str]:
+        """The list's filters and page, from the page's URL query (at connect, and again when
+        the page changes them without reloading, see `receive`)."""
+        query = parse_qs(query_string.lstrip("?"))
+        params = {k: v[0] for k, v in query.items() if v}
+        self.query = InboxQuery.from_params(params)
+        self.params = self.query.as_params()
+        self.filter_query = urlencode(self.params)
+        self.page = params.get("page") or 1
+        return params
+
+    def _list_snapshot(self) -> str:
+        return rendering.request_list(self.scope["user"], self.params, self.page)
 
     def snapshot(self, user) -> str:
         """The list, and the selected request's card (the page keeps a card in use)."""
@@ -375,9 +384,21 @@ class InboxConsumer(_Base):
             frame = json.loads(text_data or "")
         except ValueError:
             return
-        if not isinstance(frame, dict) or not isinstance(frame.get("viewing"), str):
+        if not isinstance(frame, dict):
             return
-        await self._view(frame["viewing"], resync=frame.get("resync") is True)
+        filters = frame.get("filters")
+        if isinstance(filters, str) and not self.ended:
+            # The page changed its filters, search, sort or page without reloading (or got
+            # a reconnect's snapshot for the URL it was opened with): follow them, and send
+            # the list as they give it.
+            before = (self.filter_query, str(self.page))
+            self._use_filters(filters)
+            if (self.filter_query, str(self.page)) != before and await self.still_allowed():
+                await self.push(
+                    await database_sync_to_async(self._list_snapshot, thread_sensitive=False)()
+                )
+        if isinstance(frame.get("viewing"), str):
+            await self._view(frame["viewing"], resync=frame.get("resync") is True)
 
     def _decided_card(self, request_id: str) -> str:
         row = rendering.visible_row(request_id, self.rights)

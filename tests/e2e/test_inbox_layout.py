@@ -73,6 +73,47 @@ def test_rows_open_in_the_detail_pane_with_the_url_and_the_back_button(app, api,
     expect(other.locator("#request-rows li.row")).to_have_count(1)
     expect(other.locator("#request-count")).to_have_attribute("data-count", "1")
 
+    # back after changing filters shows the list and the filters of the URL it returns to
+    halted_run(api, f"ask a question (layout {t})")
+    other.goto(app.url(f"/?q=layout+{t}"))
+    expect(other.locator("#request-rows li.row")).to_have_count(3)
+    other.select_option("#inbox-filters select[name=kind]", "question")
+    expect(other).to_have_url(re.compile(r"[?&]kind=question"))
+    expect(other.locator("#request-rows li.row")).to_have_count(1)
+    other.select_option("#inbox-filters select[name=sort]", "oldest")
+    expect(other).to_have_url(re.compile(r"[?&]sort=oldest"))
+    other.select_option("#inbox-filters select[name=state]", "declined")
+    expect(other).to_have_url(re.compile(r"[?&]state=declined"))
+    expect(other.locator("#request-rows li.row")).to_have_count(0)
+    other.go_back()
+    expect(other).to_have_url(re.compile(r"kind=question.*sort=oldest|sort=oldest.*kind=question"))
+    expect(other.locator("#inbox-filters select[name=sort]")).to_have_value("oldest")
+    expect(other.locator("#inbox-filters select[name=kind]")).to_have_value("question")
+    expect(other.locator("#inbox-filters select[name=state]")).to_have_value("pending")
+    expect(other.locator("#request-rows li.row")).to_have_count(1)
+    other.go_back()
+    expect(other.locator("#inbox-filters select[name=sort]")).to_have_value("newest")
+    expect(other.locator("#request-rows li.row")).to_have_count(1)
+
+
+def test_the_live_list_follows_filters_changed_without_a_reload(app, api, contexts):
+    """The socket opened with the page's first URL; a filter changed since (htmx, no reload)
+    decides what arrives live."""
+    t = tag()
+    halted_run(api, f"ask a question (follow {t})")
+    page = login(contexts(), app, "reviewer")
+    open_inbox(page, app, f"q=follow+{t}")
+    expect(page.locator("#request-rows li.row")).to_have_count(1)
+    page.select_option("#inbox-filters select[name=kind]", "tool_call")
+    expect(page).to_have_url(re.compile(r"[?&]kind=tool_call"))
+    expect(page.locator("#request-rows li.row")).to_have_count(0)
+    _, refund = halted_run(api, f"Refund order A-6001, $5 (follow {t})")
+    expect(row_of(page, refund)).to_be_visible()  # matches the new filter: it arrives
+    halted_run(api, f"ask a question (follow {t} again)")
+    _, newest = halted_run(api, f"Refund order A-6002, $6 (follow {t})")
+    expect(row_of(page, newest)).to_be_visible()
+    expect(page.locator("#request-rows li.row")).to_have_count(2)  # no question came in
+
 
 def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, contexts, shoot):
     t = tag()

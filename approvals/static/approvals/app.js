@@ -454,7 +454,7 @@
     var id = selectedId();
     if (!socket || (!force && id === viewingSent)) return;
     viewingSent = id;
-    try { socket.send(JSON.stringify({ viewing: id })); } catch (err) { /* reconnecting */ }
+    try { socket.send(JSON.stringify({ viewing: id, filters: location.search })); } catch (err) { /* reconnecting */ }
   }
   setInterval(function () { if (selectedId()) tellViewing(true); }, PRESENCE_EVERY);
 
@@ -516,6 +516,10 @@
   document.addEventListener("htmx:afterSettle", function (e) {
     var t = e.detail && e.detail.target;
     syncSelection();
+    // The list of other filters, a search, a sort or another page: the socket follows it.
+    if (t && t.id === "request-list" && !inLiveMessage && socket) {
+      try { socket.send(JSON.stringify({ viewing: selectedId(), filters: location.search })); } catch (err) { /* reconnecting */ }
+    }
     if (t && t.id === "detail" && !inLiveMessage) {
       // the pane as it is now (an outerHTML swap replaced the element the event names)
       var pane = detailPane();
@@ -528,6 +532,13 @@
       if (window.matchMedia && window.matchMedia("(max-width: 52rem)").matches) window.scrollTo(0, 0);
     }
   });
+  function tellFilters(e) {
+    if (!socket || !document.getElementById("inbox") || !e.detail || !e.detail.path) return;
+    var search = new URL(e.detail.path, location.href).search;
+    try { socket.send(JSON.stringify({ viewing: selectedId(), filters: search })); } catch (err) { /* reconnecting */ }
+  }
+  document.addEventListener("htmx:pushedIntoHistory", tellFilters);
+  document.addEventListener("htmx:replacedInHistory", tellFilters);
   document.addEventListener("htmx:historyRestore", syncSelection);
   window.addEventListener("popstate", function () { setTimeout(syncSelection, 0); });
   document.addEventListener("htmx:wsAfterMessage", function (e) {
@@ -535,8 +546,11 @@
     // A snapshot (on connect or reconnect): ask again for the shown request, in case it was
     // decided while this page was not live.
     var message = e.detail && e.detail.message;
-    if (socket && selectedId() && typeof message === "string" && message.indexOf('id="request-list"') >= 0) {
-      try { socket.send(JSON.stringify({ viewing: selectedId(), resync: true })); } catch (err) { /* closed */ }
+    // Its list is for the URL the socket opened with: the filters may have changed since.
+    if (socket && typeof message === "string" && message.indexOf('id="request-list"') >= 0) {
+      var frame = { viewing: selectedId(), filters: location.search };
+      if (frame.viewing) frame.resync = true;
+      try { socket.send(JSON.stringify(frame)); } catch (err) { /* closed */ }
     }
   });
   document.addEventListener("DOMContentLoaded", syncSelection);
