@@ -485,10 +485,12 @@ def test_the_run_pages_pushed_cancel_form_posts_with_the_pages_token(app, api, c
     token); its plain Cancel form is boosted, so htmx posts it with the token of <body
     hx-headers>, and the confirmation page's own form finishes the job."""
     run_id, _ = halted_run(api, f"Refund order A-3105, $31 (cancel {tag()})")
-    page = login(contexts(), app, "reviewer", hold=False)
+    # held: the snapshot must come after the marker (it could beat page.evaluate)
+    page = login(contexts(), app, "reviewer", hold=True)
     page.goto(app.url(f"/runs/{run_id}/"))
     page.evaluate("document.getElementById('run-body').dataset.stale = '1'")
     wait_logged(page, 'id="run-body"')  # the socket's snapshot of the body...
+    page.evaluate("window.__ws.release()")
     expect(page.locator("#run-body[data-stale]")).to_have_count(0)  # ...now on the page
     form = page.locator(f"form[action='/runs/{run_id}/cancel/']")
     assert form.locator("input[name=csrfmiddlewaretoken]").count() == 0
