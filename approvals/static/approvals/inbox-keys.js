@@ -487,11 +487,25 @@
 
   // -- keeping up with swaps and live updates -----------------------------------------------------
 
+  // A refresh of the claim bar (after a live message) never overwrites the answer of a claim
+  // or release sent after it: that answer is newer than what the refresh read.
+  var barPosts = 0, barPostsAtRefresh = {};
   function refreshClaimBar(id) {
     var bar = $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]');
     if (!bar || !bar.dataset.url || !window.htmx || bar.contains(document.activeElement)) return;
+    barPostsAtRefresh[bar.dataset.url] = barPosts;
     htmx.ajax("GET", bar.dataset.url, { target: bar, swap: "outerHTML" });
   }
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var d = e.detail, elt = d && d.elt;
+    if (elt && elt.closest && elt.closest(".claim-bar") && d.requestConfig && d.requestConfig.verb === "post") barPosts++;
+  });
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var d = e.detail, path = d && d.pathInfo && d.pathInfo.requestPath;
+    if (!path || !d.requestConfig || d.requestConfig.verb !== "get" || !(path in barPostsAtRefresh)) return;
+    if (barPostsAtRefresh[path] !== barPosts) d.shouldSwap = false;
+    delete barPostsAtRefresh[path];
+  });
 
   var liveAbout = {};
   document.addEventListener("htmx:wsBeforeMessage", function (e) {
