@@ -215,6 +215,9 @@ class RequestCard:
     level: str = "info"
     # The argument editor is open (it showed an error and keeps what was typed).
     edit_open: bool = False
+    # What a reviewer typed into a decision that arrived too late (someone decided first):
+    # (label, text) pairs the card shows to copy, so nothing typed is lost.
+    unsent: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def title(self) -> str:

@@ -194,15 +194,57 @@ def _decide(
             raise PermissionDenied(str(exc)) from None
         raise PermissionDenied(permission_needed(DECIDE)) from None
     except AlreadyDecided as exc:
-        return _outcome(
-            request,
-            request_id,
-            cards.nothing_changed(exc.state, exc.decided_by, exc.decided_at),
-            "warning",
-        )
+        message = cards.nothing_changed(exc.state, exc.decided_by, exc.decided_at)
+        unsent = _typed_texts(request)
+        if unsent:
+            return _too_late(request, request_id, message, unsent)
+        return _outcome(request, request_id, message, "warning")
     except ServiceError as exc:
         return _outcome(request, request_id, str(exc), "error")
     return _outcome(request, request_id, done, "success")
+
+
+# Fields of a decision form that carry no typing of the reviewer's own.
+_NOT_TYPED = {"csrfmiddlewaretoken", "confirmed", "next", "claim"}
+_TYPED_LABELS = {
+    "reason": "Your reason",
+    "output": "Your result",
+    "input": "Your edited arguments",
+}
+
+
+def _typed_texts(request: HttpRequest) -> list[tuple[str, str]]:
+    """What the reviewer typed into a decision form, as (label, text): reasons, results,
+    edited arguments and answer-form fields (a choice between given options is not typing)."""
+    typed = []
+    for name in request.POST:
+        if name in _NOT_TYPED or name.startswith(("decision.", "q.")):
+            continue
+        for value in request.POST.getlist(name):
+            if not value.strip():
+                continue
+            base, _, call = name.partition(".")
+            label = _TYPED_LABELS.get(base, name)
+            if call and base in _TYPED_LABELS:
+                label = f"{label} for {call}"
+            typed.append((label, value))
+    return typed
+
+
+def _too_late(
+    request: HttpRequest, request_id: str, message: str, unsent: list[tuple[str, str]]
+) -> HttpResponse:
+    """Somebody decided first, after this reviewer typed a reason, result or answer: the
+    decided card says who, and holds what was typed to copy (outcome "unsent": the inbox
+    keeps this card open instead of moving on). Without htmx, the request's page (409)."""
+    row = _get_request(request_id, request.user)
+    card = cards.request_card(
+        row, can_decide=can_decide_request(request.user, row), message=message, level="warning"
+    )
+    card.unsent = unsent
+    if not request.htmx:
+        return _request_page(request, row, card, status=409)
+    return _outcome(request, request_id, message, "unsent", card=card)
 
 
 OUTCOME_HEADER = "X-Toolnexus-Outcome"
@@ -216,7 +258,8 @@ def _outcome(
         # htmx swaps only 2xx answers: the status lives in the card's message instead, and in
         # a header the page reads (approvals/app.js): "success" or "warning" means the request
         # is decided now (by this reviewer, or already by someone else), so the inbox drops
-        # the card and moves focus to the next one; "error" keeps what was typed. A toast
+        # the card and moves focus to the next one; "error" keeps what was typed; "unsent"
+        # (decided by someone else, after this reviewer typed) keeps the card open. A toast
         # says it too: a decision as the reviewer's own ("You declined: ..."; the deciding
         # tab shows this one, not the live push's), a warning or error in case a live update
         # already removed the card (the loser of a race sees who won either way).
@@ -229,7 +272,7 @@ def _outcome(
             toast = cards.own_toast(row, row.relay_tool_names())
         toast_context = {
             "text": toast,
-            "level": level,
+            "level": "warning" if level == "unsent" else level,
             "role": "status" if level == "success" else "alert",
             "about": f"request-{row.pk}",
         }
@@ -349,7 +392,7 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
             for q in cards.request_card(row, can_decide=True).questions
         }
         missing = [text for text, value in answers.items() if not value]
-        if missing:
+        if missing and row.state == ApprovalRequest.State.PENDING:
             return _outcome(
                 request, request_id, f"Answer every question (missing: {missing[0]}).", "error"
             )
@@ -359,11 +402,10 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
         data, problems = fields.values_from(schema, request.POST)
         if not problems:  # against the schema (the service checks it all again)
             problems = services.input_problems(data, schema)
-        if problems and row.state == ApprovalRequest.State.PENDING:
-            if can_decide_request(request.user, row):
-                return _form_not_sent(request, row, schema, "; ".join(problems))
-        elif problems:
-            return _outcome(request, request_id, "; ".join(problems), "error")
+        # Decided meanwhile: the service says by whom, and the answer typed stays to copy.
+        pending = row.state == ApprovalRequest.State.PENDING
+        if problems and pending and can_decide_request(request.user, row):
+            return _form_not_sent(request, row, schema, "; ".join(problems))
     return _decide(
         request,
         request_id,
@@ -417,12 +459,11 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
             {"card": card, "next_url": _next_url(request)},
         )
     if row.state != ApprovalRequest.State.PENDING:
-        return _outcome(
-            request,
-            request_id,
-            cards.nothing_changed(row.state, row.decided_by),
-            "warning",
-        )
+        message = cards.nothing_changed(row.state, row.decided_by, row.decided_at)
+        unsent = _typed_texts(request)
+        if unsent:
+            return _too_late(request, request_id, message, unsent)
+        return _outcome(request, request_id, message, "warning")
     card = cards.request_card(row, can_decide=True)
     context = {
         "card": card,

@@ -203,7 +203,7 @@ def test_stale_double_decline_tells_who_won_and_changes_nothing(reviewer, halted
     assert first.status_code == 302
 
     late = session_client(other)
-    response = late.post(url(row, "decline"), {"reason": "second", "next": "/"})
+    response = late.post(url(row, "decline"), {"reason": "", "next": "/"})
     assert response.status_code == 302
     assert response["Location"] == "/"
     page = late.get("/").content.decode()
@@ -220,6 +220,39 @@ def test_stale_double_decline_tells_who_won_and_changes_nothing(reviewer, halted
     assert len(decisions_of(row)) == 1
 
 
+def test_a_late_decline_without_javascript_keeps_the_typed_reason_on_the_page(reviewer, halted):
+    _, row = halted
+    session_client(reviewer).post(url(row, "decline"), {"reason": "first"})
+    typed = "Customer <b>called</b> twice;\nrefund is not due"
+    response = session_client(make_user(role="reviewer")).post(
+        url(row, "decline"), {"reason": typed, "next": "/"}
+    )
+    assert response.status_code == 409  # the request's page, not a redirect that drops it
+    html = response.content.decode()
+    assert f"Already declined by {reviewer.username} at" in html
+    assert "Not sent. What you typed is kept here to copy:" in html
+    assert "Your reason" in html
+    assert "Customer &lt;b&gt;called&lt;/b&gt; twice;\nrefund is not due</textarea>" in html
+    assert fresh_row(row).reason == "first"
+    assert len(decisions_of(fresh_row(row))) == 1
+
+
+def test_a_late_typed_result_and_edit_are_kept_too(reviewer, halted):
+    _, row = halted
+    session_client(reviewer).post(url(row, "decline"), {"reason": "first"})
+    late = session_client(make_user(role="reviewer"))
+    response = late.post(url(row, "approve"), {"input": '{"order_id": "A-7"}'}, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    html = response.content.decode()
+    assert "Your edited arguments" in html
+    assert "{&quot;order_id&quot;: &quot;A-7&quot;}</textarea>" in html
+    response = late.post(url(row, "edit"), {"order_id": "A-8", "amount": "12"}, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    html = response.content.decode()
+    assert ">A-8</textarea>" in html and ">12</textarea>" in html
+    assert fresh_row(row).reason == "first"
+
+
 def test_stale_decline_with_htmx_answers_the_card_with_the_message(reviewer, halted):
     _, row = halted
     other = make_user(role="reviewer")
@@ -231,6 +264,8 @@ def test_stale_decline_with_htmx_answers_the_card_with_the_message(reviewer, hal
     assert f"Already declined by {reviewer.username} at" in html
     assert "nothing was changed" in html
     assert 'class="notice warning"' in html
+    assert ">late</textarea>" in html  # the typed reason stays to copy
+    assert response["X-Toolnexus-Outcome"] == "unsent"  # the inbox keeps this card open
     assert len(decisions_of(fresh_row(row))) == 1
     assert fresh_row(row).reason == "first"
 
@@ -821,9 +856,11 @@ def test_an_htmx_approve_says_you_approved_the_tool(reviewer, halted):
 def test_a_stale_htmx_decline_is_a_warning_for_the_page(reviewer, halted):
     _, row = halted
     session_client(reviewer).post(url(row, "decline"), {"reason": "first"}, headers=HX)
-    response = session_client(make_user()).post(url(row, "decline"), {"reason": "late"}, headers=HX)
-    assert response["X-Toolnexus-Outcome"] == "warning"
-    assert f"Already declined by {reviewer.username}" in response.content.decode()
+    response = session_client(make_user()).post(url(row, "decline"), {"reason": " "}, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "warning"  # nothing typed: the inbox moves on
+    html = response.content.decode()
+    assert f"Already declined by {reviewer.username}" in html
+    assert "Not sent" not in html
 
 
 def test_an_htmx_post_from_a_signed_out_page_is_401_not_the_sign_in_page(client, halted):

@@ -204,6 +204,11 @@ def test_double_click_and_a_simultaneous_decision_make_exactly_one_decision(
     expect(loser_page.get_by_text(f"Already declined by {winner}").first).to_be_visible(
         timeout=5_000
     )
+    # ... and the reason the loser typed is not lost: the card keeps it to copy
+    loser = "reviewer2" if winner == "reviewer" else "reviewer"
+    expect(loser_page.locator(".unsent textarea").first).to_have_value(
+        reasons[loser], timeout=5_000
+    )
 
     # the audit trail holds exactly one decision for this request, and it stays that way
     time.sleep(0.5)
