@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Any] = {
     # -- triage ------------------------------------------------------------------------------
     # Minutes a reviewer's claim on a request lasts ("I am on it"; 0: until released).
     "CLAIM_MINUTES": 30,
+    # The inbox counts rows up to this many and then reads "1000+": an exact count reads
+    # every matching row, so a page's cost would grow with the backlog.
+    "INBOX_COUNT_CAP": 1000,
 }
 
 

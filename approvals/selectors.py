@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.db import connections
 from django.db.models import (
-    Count,
     Exists,
     F,
-    FilteredRelation,
     OuterRef,
     Prefetch,
     Q,
@@ -328,7 +327,12 @@ def _no_active_claim_q(now: Any) -> Q:
 
 def _viewer_hides(user_id: Any, now: Any) -> QuerySet[RequestHide]:
     """The viewer's own hide of the row: snoozed until later than now, or ignored."""
-    return RequestHide.objects.filter(request_id=OuterRef("pk"), user_id=user_id).filter(
+    return _viewer_hides_q(user_id, now).filter(request_id=OuterRef("pk"))
+
+
+def _viewer_hides_q(user_id: Any, now: Any) -> QuerySet[RequestHide]:
+    """Every request the viewer hid: snoozed until later than now, or ignored."""
+    return RequestHide.objects.filter(user_id=user_id).filter(
         Q(until__isnull=True) | Q(until__gt=now)
     )
 
@@ -340,17 +344,6 @@ def _with_viewer_hidden(qs: QuerySet[ApprovalRequest], user_id: Any, now: Any) -
     return qs.annotate(
         viewer_hidden=Exists(hides), hidden_until=Subquery(hides.values("until")[:1])
     )
-
-
-def _with_viewer_hide_join(qs: QuerySet[ApprovalRequest], user_id: Any, now: Any) -> QuerySet:
-    """For counts: ONE left join on the viewer's own RequestHide row (unique per request
-    and user, so at most one): an EXISTS would be evaluated again in each count's filter."""
-    hide = FilteredRelation(
-        "hides",
-        condition=Q(hides__user_id=user_id)
-        & (Q(hides__until__isnull=True) | Q(hides__until__gt=now)),
-    )
-    return qs.annotate(viewer_hide=hide)
 
 
 def _search_q(text: str) -> Q:
@@ -387,22 +380,15 @@ def _inbox_base(
     return qs
 
 
-def _chip_conditions(
-    query: InboxQuery, *, user_id: Any, now: Any, joined: bool = False
-) -> dict[str, Q]:
-    """Each chip's filter as a condition on rows annotated by `_with_viewer_hidden` (or,
-    `joined`, by `_with_viewer_hide_join`)."""
+def _chip_conditions(query: InboxQuery, *, user_id: Any, now: Any) -> dict[str, Q]:
+    """Each chip's filter as a condition on rows annotated by `_with_viewer_hidden`."""
     active = _active_claim_q(now)
-    if joined:
-        hidden, shown = Q(viewer_hide__id__isnull=False), Q(viewer_hide__id__isnull=True)
-    else:
-        hidden, shown = Q(viewer_hidden=True), Q(viewer_hidden=False)
     return {
         "mine": active & Q(claimed_by_id=user_id),
         "unclaimed": _no_active_claim_q(now),
         "overdue": Q(state=State.PENDING, expires_at__lt=now),
-        "hidden": hidden,
-        "shown": shown,
+        "hidden": Q(viewer_hidden=True),
+        "shown": Q(viewer_hidden=False),
     }
 
 
@@ -431,6 +417,16 @@ def _inbox_order(sort: str) -> list[Any]:
     return ["-created_at", "-id"]
 
 
+INBOX_ROW_DEFERRED = (
+    "search_text",
+    "run__messages",
+    "run__system_prompt",
+    "run__text",
+    "run__usage",
+    "run__error",
+)
+
+
 def inbox_requests(
     query: InboxQuery,
     *,
@@ -448,6 +444,8 @@ def inbox_requests(
     qs = _with_viewer_hidden(
         _inbox_base(query, hidden_agents=hidden_agents, rows=True), user_id, now
     ).filter(_all_of(own.values()))
+    # A row shows the run's prompt only: its transcript and the like stay unread.
+    qs = qs.defer(*INBOX_ROW_DEFERRED)
     return qs.order_by(*_inbox_order(query.sort))
 
 
@@ -457,27 +455,86 @@ def inbox_counts(
     user_id: Any,
     hidden_agents: Collection[str] = (),
     now: Any = None,
+    cap: int | None = None,
 ) -> dict[str, int]:
-    """ONE query: {"matching", "mine", "unclaimed", "overdue", "hidden"}. "matching" counts
-    the query's rows; each chip counts them with the query's other filters and that chip's
-    filter instead of the query's own for the same thing (so "hidden" counts what the
-    viewer snoozed or ignored among otherwise matching rows)."""
+    """ONE query: {"matching", "mine", "unclaimed", "overdue", "hidden", "waiting"}.
+
+    "matching" counts the query's rows; each chip counts them with the query's other filters
+    and that chip's filter instead of the query's own for the same thing (so "hidden" counts
+    what the viewer snoozed or ignored among otherwise matching rows); "waiting" is the
+    viewer's pending requests, less what they snoozed or ignored (the page title's count).
+
+    Each count stops at `cap` + 1 rows (TOOLNEXUS_INBOX_COUNT_CAP): a value above the cap
+    reads "more than the cap" (see `count_label`). An exact count reads every matching row, so a page at 100k pending
+    would cost 100 times one at 1k; a capped one costs the same at any size."""
     now = now or timezone.now()
-    chips = _chip_conditions(query, user_id=user_id, now=now, joined=True)
+    hides = _viewer_hides_q(user_id, now)
+    chips = {
+        **_chip_conditions(query, user_id=user_id, now=now),
+        "hidden": Q(pk__in=hides.values("request_id")),
+        "shown": ~Q(pk__in=hides.values("request_id")),
+    }
     own = _query_conditions(query, chips)
+    specs = {
+        "matching": own,
+        "mine": {**own, "claim": chips["mine"]},
+        "unclaimed": {**own, "claim": chips["unclaimed"]},
+        "overdue": {**own, "overdue": chips["overdue"]},
+        "hidden": {**own, "hidden": chips["hidden"]},
+    }
+    base = _inbox_base(query, hidden_agents=hidden_agents)
+    counted: dict[str, QuerySet] = {}
+    for name, conditions in specs.items():
+        if conditions["hidden"] is chips["hidden"]:
+            counted[name] = _hidden_rows(base, conditions, hides)
+        else:
+            counted[name] = base.filter(_all_of(conditions.values()))
+    if query != InboxQuery():
+        waiting = InboxQuery()
+        counted["waiting"] = _inbox_base(waiting, hidden_agents=hidden_agents).filter(
+            _all_of(_query_conditions(waiting, chips).values())
+        )
+    counts = _capped_counts(counted, count_cap() if cap is None else cap)
+    counts.setdefault("waiting", counts["matching"])
+    return counts
 
-    def count(**replace: Q) -> Count:
-        return Count("pk", filter=_all_of({**own, **replace}.values()))
 
-    qs = _with_viewer_hide_join(_inbox_base(query, hidden_agents=hidden_agents), user_id, now)
-    counts = qs.aggregate(
-        matching=count(),
-        mine=count(claim=chips["mine"]),
-        unclaimed=count(claim=chips["unclaimed"]),
-        overdue=count(overdue=chips["overdue"]),
-        hidden=count(hidden=chips["hidden"]),
-    )
-    return {name: int(value or 0) for name, value in counts.items()}
+def _hidden_rows(
+    base: QuerySet[ApprovalRequest], conditions: dict[str, Q | None], hides: QuerySet
+) -> QuerySet:
+    """The viewer's hidden rows that meet `conditions`, read from the viewer's own hides: each
+    hide looks up its one request (a LIMIT 1 subquery, so the planner keeps it a lookup by
+    key instead of reading every request to join them)."""
+    others = {name: q for name, q in conditions.items() if name != "hidden"}
+    match = base.filter(_all_of(others.values()), pk=OuterRef("request_id")).order_by().values("pk")
+    return hides.annotate(match=Subquery(match[:1])).filter(match__isnull=False)
+
+
+def _capped_counts(querysets: dict[str, QuerySet], cap: int) -> dict[str, int]:
+    """Count each queryset's rows up to `cap` + 1, all in one statement: the querysets are
+    compiled by Django and each is counted as a LIMITed subquery."""
+    selects, params = [], []
+    db = "default"
+    for name, qs in querysets.items():
+        limited = qs.order_by().values("pk")[: cap + 1]
+        db = limited.db
+        sql, sql_params = limited.query.get_compiler(using=db).as_sql()
+        selects.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted_{name})")
+        params.extend(sql_params)
+    with connections[db].cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(selects), params)
+        values = cursor.fetchone()
+    return {name: int(value or 0) for name, value in zip(querysets, values, strict=True)}
+
+
+def count_cap() -> int:
+    return max(1, int(app_settings.INBOX_COUNT_CAP or 1))
+
+
+def count_label(value: int, cap: int | None = None) -> str:
+    """A capped count as people read it: "12", or "1000+" past the cap."""
+    cap = count_cap() if cap is None else cap
+    return f"{cap}+" if value > cap else str(value)
 
 
 def active_claim(row: ApprovalRequest, *, now: Any = None) -> Any:

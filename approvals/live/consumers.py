@@ -295,10 +295,6 @@ class InboxConsumer(_Base):
             return False
         return not (q.overdue and not event.get("overdue"))
 
-    def _plain(self) -> bool:
-        """A list of every pending request (any sort): its count is the pending count."""
-        return self.query.as_params().keys() <= {"sort"}
-
     async def _lists_now(self, event: dict) -> bool:
         if not self._lists(event):
             return False
@@ -347,16 +343,13 @@ class InboxConsumer(_Base):
         await self._push_count(event)
 
     async def _push_count(self, event: dict) -> None:
-        hidden = frozenset() if self.rights.superuser else self.rights.hidden
-        pending = await rendering.count_for_change(change=event["change"], hidden=hidden)
-        if self._plain():
-            count = pending
-        else:
-            user = self.scope["user"]
-            count, pending = await database_sync_to_async(
-                rendering.list_count, thread_sensitive=False
-            )(user, self.params)
-        await self.push(rendering.pending_count_html(count, pending, self.query.state))
+        """The list's count, the title's and the chips' counts, as this viewer's filters and
+        snoozes count them (one capped count query: selectors.inbox_counts)."""
+        await self.push(
+            await database_sync_to_async(rendering.list_counts_html, thread_sensitive=False)(
+                self.scope["user"], self.params
+            )
+        )
 
     def _toast(self, event: dict) -> dict:
         if event["state"] == "pending":

@@ -24,9 +24,8 @@ from django.template.loader import render_to_string
 
 from .. import selectors
 from ..models import ApprovalRequest, Run
-from ..permissions import hidden_agents
 from ..presenters.cards import request_card, request_row
-from ..presenters.pages import list_context, run_context_for
+from ..presenters.pages import counts_context, list_context, run_context_for
 
 # The CSRF tag renders nothing for this value (and warns about nothing): see the docstring.
 NO_REQUEST = {"csrf_token": "NOTPROVIDED"}
@@ -121,16 +120,6 @@ async def card_for_change(request_pk: int, *, change: str, can_decide: bool, oob
     )
 
 
-def pending_count(hidden: frozenset[str] = frozenset()) -> int:
-    """Pending requests of the agents a viewer sees (`hidden`: the others)."""
-    return selectors.request_list(state="pending", hidden_agents=hidden).count()
-
-
-async def count_for_change(*, change: str, hidden: frozenset[str] = frozenset()) -> int:
-    key = f"pending:{change}:{','.join(sorted(hidden))}"
-    return await FRAGMENTS.get(key, lambda: pending_count(hidden))
-
-
 def run_body(run_id: int, *, can_decide: bool, open_can_decide: bool | None = None) -> str:
     """The run page's live region, out of band (`can_decide`: the run's own actions;
     `open_can_decide`: its open request's card, when that differs)."""
@@ -167,13 +156,12 @@ def request_list(user, params: dict[str, str], page: int | str | None) -> str:
     )
 
 
-def list_count(user, params: dict[str, str]) -> tuple[int, int]:
-    """(the rows a filtered list matches, the viewer's pending count) now."""
-    query = selectors.InboxQuery.from_params(params)
-    hidden = hidden_agents(user)
-    counts = selectors.inbox_counts(query, user_id=user.pk, hidden_agents=hidden)
-    pending = selectors.request_list(state="pending", hidden_agents=hidden).count()
-    return counts["matching"], pending
+def list_counts_html(user, params: dict[str, str]) -> str:
+    """A viewer's list count (and the title's) and its chips' counts now, out of band."""
+    context = counts_context(user, params)
+    return render_to_string(
+        "approvals/_live.html#list-counts", {**context, "count_oob": True, "chips_swap": True}
+    )
 
 
 def row_html(request_pk: int, *, filter_query: str, oob: bool) -> str:
@@ -207,18 +195,6 @@ def matches_query(request_pk: int, user_id, params: dict[str, str], hidden) -> b
 
 def inbox_update(**context) -> str:
     return render_to_string("approvals/_live.html#inbox-update", context)
-
-
-def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
-    return render_to_string(
-        "approvals/inbox.html#request-count",
-        {
-            "count": count,
-            "pending": count if pending is None else pending,
-            "filters": {"state": state},
-            "count_oob": True,
-        },
-    )
 
 
 def presence_html(request_pk: int, names: list[str]) -> str:

@@ -70,7 +70,7 @@ def chips(query: selectors.InboxQuery, counts: dict[str, int]) -> list[dict]:
                 "label": label,
                 "name": name,
                 "value": value,
-                "count": counts.get(key, 0),
+                "count": selectors.count_label(counts.get(key, 0)),
                 "active": active,
                 "url": _url(toggled),
             }
@@ -78,34 +78,56 @@ def chips(query: selectors.InboxQuery, counts: dict[str, int]) -> list[dict]:
     return out
 
 
-def pending_count(user) -> int:
-    """Pending requests of the agents `user` sees: the page title's "(N) Inbox"."""
-    return selectors.request_list(state="pending", hidden_agents=hidden_agents(user)).count()
+def _page(qs, counted: int, page_number) -> tuple:
+    """One page of the rows, and whether the count was capped (see selectors.inbox_counts).
+    Counted already: no COUNT query. Past the cap every page with rows stays reachable: a
+    page is offered next while this one is full."""
+    paginator = Paginator(qs, PAGE_SIZE)
+    capped = counted > selectors.count_cap()
+    if capped:
+        try:
+            wanted = max(1, int(page_number or 1))
+        except (TypeError, ValueError):
+            wanted = 1
+        counted = max(counted, wanted * PAGE_SIZE + 1)
+    paginator.__dict__["count"] = counted
+    return paginator.get_page(page_number), capped
+
+
+def counts_context(user, params, *, now=None) -> dict:
+    """The inbox's counts for one viewer (one query): the list's, the page title's (pending,
+    less what the viewer snoozed or ignored) and the chips'."""
+    query = inbox_query(params)
+    counts = selectors.inbox_counts(
+        query, user_id=user.pk, hidden_agents=hidden_agents(user), now=now or timezone.now()
+    )
+    return {
+        "query": query,
+        "filters": {**query.as_params(), "state": query.state},
+        "counts": counts,
+        "chips": chips(query, counts),
+        "count": counts["matching"],
+        "pending": counts["waiting"],
+    }
 
 
 def list_context(user, params, page_number=None, *, now=None) -> dict:
-    """The inbox list: filters, chip counts, one page of rows (4 queries: counts, the
-    pending count, the page's rows and their calls)."""
+    """The inbox list: filters, chip counts, one page of rows (3 queries: the counts, the
+    page's rows and their calls)."""
     now = now or timezone.now()
-    query = inbox_query(params)
+    counted = counts_context(user, params, now=now)
+    query = counted["query"]
     hidden = hidden_agents(user)  # per-agent access: not listed, not counted
-    counts = selectors.inbox_counts(query, user_id=user.pk, hidden_agents=hidden, now=now)
     qs = selectors.inbox_requests(query, user_id=user.pk, hidden_agents=hidden, now=now)
-    paginator = Paginator(qs, PAGE_SIZE)
-    paginator.__dict__["count"] = counts["matching"]  # counted already: no COUNT query
-    page = paginator.get_page(page_number)
+    page, capped = _page(qs, counted["count"], page_number)
     filters = query.as_params()
     filter_query = urlencode(filters)
     selected = selected_id(params)
     return {
+        **counted,
         "nav": "inbox",
-        "query": query,
-        "filters": {**filters, "state": query.state},
-        "counts": counts,
-        "chips": chips(query, counts),
         "page": page,
-        "count": counts["matching"],
-        "pending": pending_count(user),
+        "count_capped": capped,
         "rows": [request_row(row, now=now) for row in page],
         "selected_id": selected,
         "agent_names": agents_visible_to(user, [a.name for a in agents.all()]),

@@ -15,6 +15,7 @@ from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml as escape_html
 
 from ..permissions import perm
+from ..selectors import count_label as _count_label
 
 register = template.Library()
 
@@ -23,6 +24,15 @@ register = template.Library()
 def pretty_json(value: Any) -> str:
     """Indented JSON as text; the template's autoescape keeps hostile strings inert."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def count_label(value: Any) -> str:
+    """An inbox count as shown: "12", or "1000+" where counting stopped (the cap)."""
+    try:
+        return _count_label(int(value))
+    except (TypeError, ValueError):
+        return str(value)
 
 
 @register.filter

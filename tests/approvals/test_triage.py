@@ -408,13 +408,21 @@ def test_counts_give_each_chip_with_the_other_filters(settings):
     claim(hidden_mine, me)
     services.request_hide(request_id=hidden_mine.request_id, user=me)
 
-    assert counts(me) == {"matching": 4, "mine": 1, "unclaimed": 2, "overdue": 2, "hidden": 1}
+    assert counts(me) == {
+        "matching": 4,
+        "mine": 1,
+        "unclaimed": 2,
+        "overdue": 2,
+        "hidden": 1,
+        "waiting": 4,  # the title's: pending less what I hid, whatever the filters
+    }
     assert counts(me, q="refund") == {
         "matching": 3,
         "mine": 1,
         "unclaimed": 1,
         "overdue": 2,
         "hidden": 1,
+        "waiting": 4,
     }
     # with claim=mine on: matching is mine; the overdue and hidden chips keep claim=mine
     assert counts(me, claim="mine") == {
@@ -423,6 +431,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings):
         "unclaimed": 2,
         "overdue": 1,
         "hidden": 1,
+        "waiting": 4,
     }
     assert counts(me, overdue=True) == {
         "matching": 2,
@@ -430,6 +439,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings):
         "unclaimed": 1,
         "overdue": 2,
         "hidden": 0,
+        "waiting": 4,
     }
     assert counts(me, hidden="only") == {
         "matching": 1,
@@ -437,11 +447,47 @@ def test_counts_give_each_chip_with_the_other_filters(settings):
         "unclaimed": 0,
         "overdue": 0,
         "hidden": 1,
+        "waiting": 4,
     }
     assert counts(other)["hidden"] == 0 and counts(other)["matching"] == 5
+    assert counts(other, q="refund")["waiting"] == 5
     # each count is what the list with that chip on holds
     assert counts(me, claim="mine")["matching"] == len(inbox(me, claim="mine"))
     assert counts(me, q="refund")["matching"] == len(inbox(me, q="refund"))
+
+
+def test_counting_stops_past_the_cap_and_reads_as_more_than_it():
+    me = make_user()
+    rows = [make_request(prompt=f"refund {i}") for i in range(5)]
+    for row in rows[:4]:
+        services.request_hide(request_id=row.request_id, user=me)
+    query = InboxQuery(q="refund")
+    capped = selectors.inbox_counts(query, user_id=me.pk, cap=2)
+    assert capped == {
+        "matching": 1,  # under the cap: exact
+        "mine": 0,
+        "unclaimed": 1,
+        "overdue": 0,
+        "hidden": 3,  # 4 hidden: counting stopped at cap + 1
+        "waiting": 1,
+    }
+    assert selectors.inbox_counts(query, user_id=me.pk)["hidden"] == 4  # the default cap
+    assert [selectors.count_label(n, cap=2) for n in (0, 2, 3)] == ["0", "2", "2+"]
+
+
+def test_a_page_past_the_count_cap_says_more_and_every_page_stays_reachable(settings):
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 30
+    user = make_user(role="reviewer")
+    made = [make_request(age=timedelta(minutes=100 - i)) for i in range(65)]
+    client = session_client(user)
+    html = client.get("/").content.decode()
+    assert "<title>(30+) Inbox · " in html
+    assert ">30+ requests pending</p>" in html
+    assert 'data-pending="30+"' in html
+    assert "page 1</span>" in html and 'rel="next"' in html  # no "of N": not counted
+    third = client.get("/?page=4").content.decode()  # past the counted pages: still there
+    assert f'data-request-id="{made[4].request_id}"' in third
+    assert 'rel="prev"' in third
 
 
 def test_query_counts_do_not_grow_with_rows(django_assert_num_queries):

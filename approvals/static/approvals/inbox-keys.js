@@ -582,9 +582,9 @@
     if (!count) return;
     var raw = count.dataset.pending !== undefined ? count.dataset.pending : count.dataset.count;
     if (raw === undefined) return;
-    var n = parseInt(raw, 10);
-    var base = document.title.replace(/^\(\d+\)\s*/, "");
-    var title = (n > 0 ? "(" + n + ") " : "") + base;
+    var n = parseInt(raw, 10);  // "1000+" past the count's cap
+    var base = document.title.replace(/^\(\d+\+?\)\s*/, "");
+    var title = (n > 0 ? "(" + n + (/\+$/.test(raw) ? "+" : "") + ") " : "") + base;
     if (document.title !== title) document.title = title;
   }
 
