@@ -130,8 +130,13 @@ def _first_user_text(messages: list[dict[str, Any]]) -> str:
 
 def _plan(prompt: str) -> list[InProcessToolCall]:
     words = prompt.lower()
-    order = re.search(r"\b[A-Z]-\d{3,}\b", prompt) or re.search(r"#?(\d{4,})", prompt)
-    order_id = order.group(0).lstrip("#") if order else "A-1001"
+    # "B-7", "AB-1234", "order 42", "order #42", or a bare number of 4+ digits
+    order = (
+        re.search(r"\b([A-Z]{1,3}-\d+)\b", prompt)
+        or re.search(r"\border\s*(?:no\.?|number)?\s*#?\s*(\d+)\b", prompt, re.IGNORECASE)
+        or re.search(r"#?(\d{4,})", prompt)
+    )
+    order_id = order.group(1) if order else "A-1001"
     amount_match = re.search(r"\$\s*(\d+(?:\.\d+)?)", prompt) or re.search(
         r"\b(\d{1,4}(?:\.\d+)?)\s*(?:usd|dollars?)\b", words
     )

@@ -241,3 +241,22 @@ def test_an_executor_exception_becomes_an_error_output(scratch):
     assert "payments down" in tool_output(run, "call_refund")
     call = request.calls.get()
     assert call.is_error is True and "payments down" in call.output
+
+
+@pytest.mark.parametrize(
+    ("prompt", "order", "amount"),
+    [
+        ("Refund order B-1 $5", "B-1", 5),
+        ("Refund order A-2002, $40", "A-2002", 40),
+        ("refund order 42 for $3", "42", 3),
+        ("Refund order #77 of 12 dollars", "77", 12),
+        ("Refund #12345 please", "12345", 250),
+        ("Refund AB-77 now", "AB-77", 250),
+        ("Refund my order", "A-1001", 250),  # nothing named: the demo's own example
+    ],
+)
+def test_the_demo_agent_reads_the_order_and_amount_the_prompt_names(prompt, order, amount):
+    from approvals.agents.demo import _plan
+
+    refund = _plan(prompt)[0]
+    assert (refund.name, refund.arguments) == ("refund", {"order": order, "amount": amount})
