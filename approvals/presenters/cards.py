@@ -330,15 +330,17 @@ def request_title(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
     return row.prompt
 
 
-def key_arguments(values: Any, limit: int = 3) -> str:
-    """The first few argument values in one short line ("A-2002, 40")."""
+def key_arguments(values: Any, limit: int = 3, *, named: bool = False) -> str:
+    """The first few argument values in one short line ("A-2002, 40"; `named`: "order
+    A-2002 · amount 40", for a list row that has no field labels around it)."""
     if not isinstance(values, dict):
         return ""
     shown = []
-    for value in list(values.values())[:limit]:
+    for name, value in list(values.items())[:limit]:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        shown.append(text if len(text) <= 40 else text[:39] + "…")
-    return ", ".join(shown)
+        text = text if len(text) <= 40 else text[:39] + "…"
+        shown.append(f"{name} {text}" if named else text)
+    return (" · " if named else ", ").join(shown)
 
 
 def _questions(data: dict[str, Any] | None) -> list[QuestionCard]:
@@ -446,7 +448,7 @@ def row_summary(row: ApprovalRequest) -> tuple[str, str]:
         calls = list(row.calls.all())
         names = [c.tool_name for c in calls] or row.relay_tool_names()
         what = joined_names(names) if names else KIND_LABELS.get(row.kind, row.kind)
-        parts = [key_arguments(c.input) for c in calls]
+        parts = [key_arguments(c.input, named=True) for c in calls]
         summary = "; ".join(p for p in parts if p) or row.prompt
         return _one_line(what, 60), _one_line(summary)
     if row.kind == "question":
@@ -458,7 +460,7 @@ def row_summary(row: ApprovalRequest) -> tuple[str, str]:
     if row.kind == "approval":
         tool = str(data.get("tool") or "") or KIND_LABELS.get(row.kind, row.kind)
         values = data.get("input") if isinstance(data.get("input"), dict) else {}
-        return _one_line(tool, 60), _one_line(key_arguments(values) or row.prompt)
+        return _one_line(tool, 60), _one_line(key_arguments(values, named=True) or row.prompt)
     if row.kind == "elicitation":
         server = mcp_server_of(row)
         what = source_label(server, str(data.get("tool") or "")) or KIND_LABELS.get(row.kind, "")

@@ -49,14 +49,14 @@ def test_a_tool_calls_row_names_the_tool_and_its_key_arguments(halted):
     _, row = halted
     what, summary = row_summary(row)
     assert what == "refund"
-    assert summary == "A-1001, 250"
+    assert summary == "order A-1001 · amount 250"  # names: a row has no labels around it
 
 
 def test_a_two_call_row_names_both_tools(reviewer):
     row = pending(start_and_halt(user=reviewer, prompt="Refund A-2002 $40 and email the customer"))
     what, summary = row_summary(row)
     assert what == "refund and send_email"
-    assert summary.startswith("A-2002, 40; ")
+    assert summary.startswith("order A-2002 · amount 40; ")
 
 
 def test_a_questions_row_says_question_and_the_question(reviewer):
@@ -93,7 +93,7 @@ def test_rows_show_agent_tool_summary_age_and_no_card_until_one_is_selected(revi
     item = re.search(rf'<li id="row-{row.pk}".*?</li>', html, re.S).group(0)
     assert '<strong class="agent">demo</strong>' in item
     assert ">refund</span>" in item
-    assert "A-1001, 250" in item
+    assert "order A-1001 · amount 250" in item
     assert " ago</time>" in item
     assert f'href="?r={row.request_id}"' in item
     assert 'hx-target="#detail"' in item and 'hx-push-url="true"' in item
