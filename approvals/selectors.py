@@ -250,7 +250,7 @@ MAX_BULK_IDS = 500
 _TRUE = ("1", "true", "on", "yes")
 
 
-def _param(params: Any, name: str) -> str:
+def param_text(params: Any, name: str) -> str:
     """One GET parameter as clean text: a QueryDict's last value, a dict's value, never a
     list; NUL removed (it never names anything, and PostgreSQL refuses it in a query)."""
     value = params.get(name, "") if params is not None else ""
@@ -276,19 +276,19 @@ class InboxQuery:
     @classmethod
     def from_params(cls, params: Any) -> InboxQuery:
         """Never raises: an unknown value is the default."""
-        state = _param(params, "state") or "pending"
+        state = param_text(params, "state") or "pending"
         if state != "all" and state not in State.values:
             state = "pending"
-        claim = _param(params, "claim")
-        hidden = _param(params, "hidden")
-        sort = _param(params, "sort")
+        claim = param_text(params, "claim")
+        hidden = param_text(params, "hidden")
+        sort = param_text(params, "sort")
         return cls(
             state=state,
-            agent=_param(params, "agent")[:100],
-            kind=_param(params, "kind")[:50],
-            q=" ".join(_param(params, "q").split())[:MAX_SEARCH_CHARS],
+            agent=param_text(params, "agent")[:100],
+            kind=param_text(params, "kind")[:50],
+            q=" ".join(param_text(params, "q").split())[:MAX_SEARCH_CHARS],
             claim=claim if claim in INBOX_CLAIMS else "",
-            overdue=_param(params, "overdue").lower() in _TRUE,
+            overdue=param_text(params, "overdue").lower() in _TRUE,
             hidden=hidden if hidden in INBOX_HIDDEN else "",
             sort=sort if sort in INBOX_SORTS else "newest",
         )

@@ -94,6 +94,31 @@ def _page(qs, counted: int, page_number) -> tuple:
     return paginator.get_page(page_number), capped
 
 
+# A filter value the inbox does not know, and what it shows instead.
+_FALLBACKS = {
+    "state": "pending requests",
+    "claim": "every request",
+    "hidden": "requests you did not hide",
+    "sort": "newest first",
+}
+
+
+def filter_notices(params, query: selectors.InboxQuery, agent_names: list[str]) -> list[str]:
+    """What the URL asked that the inbox could not do, in words: an unknown state, claim,
+    hidden or sort value is replaced by the default; an unknown agent or kind matches
+    nothing (a link that shows nothing says why)."""
+    notices = []
+    for name, fallback in _FALLBACKS.items():
+        asked = selectors.param_text(params, name)
+        if asked and asked != getattr(query, name):
+            notices.append(f"Unknown {name} “{asked[:40]}”: showing {fallback}.")
+    if query.agent and query.agent not in agent_names:
+        notices.append(f"No agent named “{query.agent[:40]}” that you can see.")
+    if query.kind and query.kind not in KIND_LABELS:
+        notices.append(f"Unknown kind “{query.kind[:40]}”: nothing is of that kind.")
+    return notices
+
+
 def counts_context(user, params, *, now=None) -> dict:
     """The inbox's counts for one viewer (one query): the list's, the page title's (pending,
     less what the viewer snoozed or ignored) and the chips'."""
@@ -123,14 +148,16 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
     filters = query.as_params()
     filter_query = urlencode(filters)
     selected = selected_id(params)
+    agent_names = agents_visible_to(user, [a.name for a in agents.all()])
     return {
         **counted,
+        "notices": filter_notices(params, query, agent_names),
         "nav": "inbox",
         "page": page,
         "count_capped": capped,
         "rows": [request_row(row, now=now) for row in page],
         "selected_id": selected,
-        "agent_names": agents_visible_to(user, [a.name for a in agents.all()]),
+        "agent_names": agent_names,
         "kinds": KINDS,
         "states": ApprovalRequest.State.choices,
         "sorts": SORTS,
@@ -153,11 +180,20 @@ def _hidden_for(user, row: ApprovalRequest, now) -> tuple[bool, object]:
     return bool(found), (found[0] if found else None)
 
 
-def detail_context(user, row: ApprovalRequest | None, *, card=None, list_url: str = "") -> dict:
+def detail_context(
+    user, row: ApprovalRequest | None, *, card=None, list_url: str = "", asked_id: str = ""
+) -> dict:
     """The detail pane: the request's card, its claim bar, who else views it, the run's
-    transcript so far and the request's history (constant queries)."""
+    transcript so far and the request's history (constant queries). With no row, the hint,
+    or (`asked_id`: the URL named a request that is not there) why nothing shows."""
     if row is None:
-        return {"card": None, "row": None, "selected_id": "", "list_url": list_url}
+        return {
+            "card": None,
+            "row": None,
+            "selected_id": "",
+            "list_url": list_url,
+            "missing_id": asked_id[:MAX_REQUEST_ID],
+        }
     now = timezone.now()
     card = card or request_card(row, can_decide=can_decide_request(user, row))
     run_context = run_context_for(row.run, can_decide=False, open_can_decide=False)
@@ -190,7 +226,9 @@ def inbox_context(user, params, page_number=None) -> dict:
     """The whole inbox page: the list and the selected request's detail pane."""
     context = list_context(user, params, page_number)
     row = selected_row(user, context["selected_id"])
-    detail = detail_context(user, row, list_url=context["list_url"])
+    detail = detail_context(
+        user, row, list_url=context["list_url"], asked_id=context["selected_id"]
+    )
     if row is None:
         context["selected_id"] = ""
     context.update({k: v for k, v in detail.items() if k not in ("list_url",)})

@@ -103,9 +103,12 @@ def inbox(request: HttpRequest) -> HttpResponse:
     chips, pages) or the detail pane (a row clicked); a history restore gets the page."""
     partial = request.htmx and not request.htmx.history_restore_request
     if partial and request.htmx.target == "detail":
-        row = pages.selected_row(request.user, pages.selected_id(request.GET))
+        asked = pages.selected_id(request.GET)
+        row = pages.selected_row(request.user, asked)
         query = pages.inbox_query(request.GET).as_params()
-        context = pages.detail_context(request.user, row, list_url=pages.list_url(query))
+        context = pages.detail_context(
+            request.user, row, list_url=pages.list_url(query), asked_id=asked
+        )
         context["next_url"] = pages.list_url({**query, **({"r": row.request_id} if row else {})})
         return _render(request, "approvals/inbox.html#detail", context)
     if partial:

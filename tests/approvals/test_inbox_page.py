@@ -244,3 +244,33 @@ def test_the_inbox_costs_the_same_queries_for_5_or_25_requests(
     with django_assert_num_queries(len(seen)):
         html = client.get(path).content.decode()
     assert len(row_ids(html)) == 20
+
+
+# -- links that cannot be followed say why --------------------------------------------------------
+
+
+def test_a_link_to_a_request_that_is_not_there_says_so(reviewer, halted):
+    client = session_client(reviewer)
+    html = client.get("/?r=pnd-nope").content.decode()
+    assert "No request “pnd-nope” here: it does not exist, or its agent is hidden" in html
+    assert 'data-selected=""' in html  # nothing selected; the list is still there
+    assert "row-" in html
+    # the same when a row link asks for the detail pane only
+    pane = client.get("/?r=pnd-nope", headers={**HX, "HX-Target": "detail"}).content.decode()
+    assert "No request “pnd-nope” here" in pane
+    assert "No request" not in client.get("/").content.decode()
+
+
+def test_filter_values_the_inbox_does_not_know_are_named_not_ignored(reviewer, halted):
+    client = session_client(reviewer)
+    html = client.get("/?sort=sideways&state=lost&claim=theirs&agent=ghost&kind=poem").content
+    html = html.decode()
+    assert "Unknown sort “sideways”: showing newest first." in html
+    assert "Unknown state “lost”: showing pending requests." in html
+    assert "Unknown claim “theirs”: showing every request." in html
+    assert "No agent named “ghost” that you can see." in html
+    assert "Unknown kind “poem”: nothing is of that kind." in html
+    # known values say nothing, in the list htmx swaps in too
+    listed = client.get("/?sort=oldest&state=pending&agent=demo", headers=HX).content.decode()
+    assert "filter-notice" not in listed
+    assert "Unknown sort" in client.get("/?sort=x", headers=HX).content.decode()
