@@ -232,7 +232,10 @@ class InboxConsumer(_Base):
     matches the page's filters, a changed one replaced or dropped), the selected request's
     card follows (app.js never replaces a card in use), the counts follow, and the page
     says which request it shows (`{"viewing": "<request id>"}` frames, or `r=` at connect)
-    so others who show the same request read "(reviewer2 is viewing)"."""
+    so others who show the same request read "(reviewer2 is viewing)".
+
+    A request's own page connects with `view=request&r=<id>`: only that request's card and
+    toasts follow, and presence works both ways; no list, no counts."""
 
     permission = "approvals.view_approvalrequest"
 
@@ -245,6 +248,8 @@ class InboxConsumer(_Base):
         self.viewing_pk = None
         wanted = params.get("r", "")
         self.wanted = wanted if REQUEST_ID.match(wanted) else ""
+        # A request's own page (`view=request`): its card and who else views it, no list.
+        self.single = params.get("view") == "request" and bool(self.wanted)
         await super().connect()
         if getattr(self, "user_id", None) is not None and not self.ended and self.wanted:
             await self._view(self.wanted)
@@ -266,7 +271,7 @@ class InboxConsumer(_Base):
     def snapshot(self, user) -> str:
         """The list, and the selected request's card (the page keeps a card in use)."""
         self.username = user.get_username()
-        html = rendering.request_list(user, self.params, self.page)
+        html = "" if self.single else rendering.request_list(user, self.params, self.page)
         row = rendering.visible_row(self.wanted, self.rights) if self.wanted else None
         if row is not None:
             decide = self.rights.can_decide(row.agent, started_by_id=row.run.started_by_id)
@@ -314,6 +319,9 @@ class InboxConsumer(_Base):
             return
         if not self.rights.can_view(event["agent"]):
             return  # an agent hidden from this viewer: not even a toast
+        if self.single:
+            await self._push_viewed_card(event)
+            return
         created = event["created"]
         listed = await self._lists_now(event)
         row, drop, card = "", "", ""
@@ -341,6 +349,20 @@ class InboxConsumer(_Base):
             )
         )
         await self._push_count(event)
+
+    async def _push_viewed_card(self, event: dict) -> None:
+        """A request's own page: a change of that request brings its card and the toast."""
+        if event["created"] or event["request_pk"] != self.viewing_pk:
+            return
+        card = await rendering.card_for_change(
+            event["request_pk"],
+            change=event["change"],
+            can_decide=self.rights.can_decide(
+                event["agent"], started_by_id=event.get("started_by_id")
+            ),
+            oob=True,
+        )
+        await self.push(rendering.inbox_update(card=card, toast=self._toast(event)))
 
     async def _push_count(self, event: dict) -> None:
         """The list's count, the title's and the chips' counts, as this viewer's filters and
@@ -380,7 +402,7 @@ class InboxConsumer(_Base):
         if not isinstance(frame, dict):
             return
         filters = frame.get("filters")
-        if isinstance(filters, str) and not self.ended:
+        if isinstance(filters, str) and not self.ended and not self.single:
             # The page changed its filters, search, sort or page without reloading (or got
             # a reconnect's snapshot for the URL it was opened with): follow them, and send
             # the list as they give it.

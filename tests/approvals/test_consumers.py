@@ -987,3 +987,47 @@ async def test_a_burst_of_run_changes_is_rendered_once_for_the_newest(monkeypatc
         assert len(rendered) == 2  # the first change, then the newest of the other four
     finally:
         await comm.disconnect()
+
+
+# -- a request's own page ----------------------------------------------------------------------
+
+
+async def test_a_request_page_gets_its_card_and_presence_but_no_list():
+    reviewer, colleague = await user_of("reviewer"), await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    _, other = await halted_run(reviewer, prompt="Refund order B-2, $5")
+    path = f"/ws/inbox/?view=request&r={row.request_id}"
+    page, snapshot = await open_socket(path, reviewer)
+    try:
+        assert f'<article id="request-{row.pk}" hx-swap-oob="true"' in snapshot
+        assert 'id="request-list"' not in snapshot
+        # a colleague opens the same request in the inbox: the page says so, live
+        inbox, _ = await open_socket(f"/ws/inbox/?r={row.request_id}", colleague)
+        try:
+            said = await _frame_with(page, "is viewing)")
+            assert f'id="presence-{row.pk}"' in said
+            assert f"({colleague.username} is viewing)" in said
+            # another request's change says nothing here; this one's brings its card
+            await in_thread(services.request_decline, request_id=other.request_id, user=colleague)
+            await in_thread(services.request_decline, request_id=row.request_id, user=colleague)
+            frame = await page.receive_from(timeout=TIMEOUT)
+            assert f'<article id="request-{row.pk}" hx-swap-oob="true"' in frame
+            assert "state-declined" in frame and f"request-{other.pk}" not in frame
+            assert f"Already declined by {colleague.username}" in frame
+            assert await page.receive_nothing(timeout=0.3)  # no rows, no counts
+        finally:
+            await inbox.disconnect()
+    finally:
+        await page.disconnect()
+
+
+async def test_a_request_page_ignores_list_filters_sent_to_it():
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    page, _ = await open_socket(f"/ws/inbox/?view=request&r={row.request_id}", reviewer)
+    try:
+        await _frame_with(page, f'id="presence-{row.pk}"')  # its own arrival: nobody else
+        await page.send_to(text_data=json.dumps({"viewing": row.request_id, "filters": "?q=x"}))
+        assert await page.receive_nothing(timeout=0.3)
+    finally:
+        await page.disconnect()
