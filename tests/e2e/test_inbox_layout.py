@@ -169,6 +169,19 @@ def test_reviewers_see_who_else_is_viewing_a_request(app, api, contexts, shoot):
     page_b.close()  # the tab closes: the name goes
     expect(presence_a).to_have_text("", timeout=10_000)
 
+    # The request's own page (a notification's link) is live too: B there, A in the inbox
+    page_c = login(contexts(), app, "reviewer2")
+    page_c.goto(app.url(f"/requests/{request_id}/"))
+    expect(page_c.locator("#live")).to_have_text("live", timeout=10_000)
+    expect(presence_a).to_have_text("(reviewer2 is viewing)", timeout=10_000)
+    expect(page_c.locator("#detail .presence")).to_have_text("(reviewer is viewing)")
+    # A declines: B's page shows the decision without a reload
+    card_a = card_of(page_a, request_id)
+    card_a.locator("textarea[name=reason]").fill(f"not this one {t}")
+    card_a.get_by_role("button", name=re.compile(r"^Decline(?! all)\b")).click()
+    expect(page_c.locator("article.card.state-declined")).to_be_visible(timeout=10_000)
+    expect(page_c.locator("#toasts")).to_contain_text("Already declined by reviewer")
+
 
 def test_dark_mode_follows_the_system_setting(app, api, contexts, shoot):
     t = tag()
