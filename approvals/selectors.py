@@ -14,8 +14,10 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import (
+    Count,
     Exists,
     F,
+    FilteredRelation,
     OuterRef,
     Prefetch,
     Q,
@@ -457,18 +459,67 @@ def inbox_counts(
     now: Any = None,
     cap: int | None = None,
 ) -> dict[str, int]:
-    """ONE query: {"matching", "mine", "unclaimed", "overdue", "hidden", "waiting"}.
+    """TWO queries: {"matching", "mine", "unclaimed", "overdue", "hidden", "waiting"}.
 
     "matching" counts the query's rows; each chip counts them with the query's other filters
     and that chip's filter instead of the query's own for the same thing (so "hidden" counts
     what the viewer snoozed or ignored among otherwise matching rows); "waiting" is the
     viewer's pending requests, less what they snoozed or ignored (the page title's count).
 
-    Each count stops at `cap` + 1 rows (TOOLNEXUS_INBOX_COUNT_CAP): a value above the cap
-    reads "more than the cap" (see `count_label`). An exact count reads every matching row, so a page at 100k pending
-    would cost 100 times one at 1k; a capped one costs the same at any size."""
+    Each count stops past `cap` (TOOLNEXUS_INBOX_COUNT_CAP): a value above the cap reads
+    "more than the cap" (see `count_label`), as an exact count reads every matching row and
+    a page at 100k pending would cost 100 times one at 1k. The first query counts the
+    query's scope (its state, agent, kind and search) and "waiting", each up to the cap; a
+    scope within the cap (a search that finds few) is then counted exactly in one pass,
+    a larger one count by count, each stopping at the cap."""
     now = now or timezone.now()
+    cap = count_cap() if cap is None else cap
     hides = _viewer_hides_q(user_id, now)
+    shown = ~Q(pk__in=hides.values("request_id"))
+    scope = _inbox_base(query, hidden_agents=hidden_agents)
+    waiting = _inbox_base(InboxQuery(), hidden_agents=hidden_agents).filter(shown)
+    first = _capped_counts({"scope": scope, "waiting": waiting}, cap)
+    if first["scope"] <= cap:
+        counts = _counts_in_one_pass(query, scope, user_id=user_id, now=now)
+    else:
+        counts = _counts_each_capped(query, scope, hides, user_id=user_id, now=now, cap=cap)
+    return {**counts, "waiting": first["waiting"]}
+
+
+def _counts_in_one_pass(
+    query: InboxQuery, scope: QuerySet, *, user_id: Any, now: Any
+) -> dict[str, int]:
+    """Exact counts of a small scope: one scan, a FILTER per count, the viewer's hides in
+    ONE left join (unique per request and user)."""
+    hide = FilteredRelation(
+        "hides",
+        condition=Q(hides__user_id=user_id)
+        & (Q(hides__until__isnull=True) | Q(hides__until__gt=now)),
+    )
+    chips = {
+        **_chip_conditions(query, user_id=user_id, now=now),
+        "hidden": Q(viewer_hide__id__isnull=False),
+        "shown": Q(viewer_hide__id__isnull=True),
+    }
+    own = _query_conditions(query, chips)
+
+    def count(**replace: Q) -> Count:
+        return Count("pk", filter=_all_of({**own, **replace}.values()))
+
+    counts = scope.annotate(viewer_hide=hide).aggregate(
+        matching=count(),
+        mine=count(claim=chips["mine"]),
+        unclaimed=count(claim=chips["unclaimed"]),
+        overdue=count(overdue=chips["overdue"]),
+        hidden=count(hidden=chips["hidden"]),
+    )
+    return {name: int(value or 0) for name, value in counts.items()}
+
+
+def _counts_each_capped(
+    query: InboxQuery, scope: QuerySet, hides: QuerySet, *, user_id: Any, now: Any, cap: int
+) -> dict[str, int]:
+    """Counts of a large scope: each a subquery that stops at `cap` + 1 rows."""
     chips = {
         **_chip_conditions(query, user_id=user_id, now=now),
         "hidden": Q(pk__in=hides.values("request_id")),
@@ -482,21 +533,13 @@ def inbox_counts(
         "overdue": {**own, "overdue": chips["overdue"]},
         "hidden": {**own, "hidden": chips["hidden"]},
     }
-    base = _inbox_base(query, hidden_agents=hidden_agents)
     counted: dict[str, QuerySet] = {}
     for name, conditions in specs.items():
         if conditions["hidden"] is chips["hidden"]:
-            counted[name] = _hidden_rows(base, conditions, hides)
+            counted[name] = _hidden_rows(scope, conditions, hides)
         else:
-            counted[name] = base.filter(_all_of(conditions.values()))
-    if query != InboxQuery():
-        waiting = InboxQuery()
-        counted["waiting"] = _inbox_base(waiting, hidden_agents=hidden_agents).filter(
-            _all_of(_query_conditions(waiting, chips).values())
-        )
-    counts = _capped_counts(counted, count_cap() if cap is None else cap)
-    counts.setdefault("waiting", counts["matching"])
-    return counts
+            counted[name] = scope.filter(_all_of(conditions.values()))
+    return _capped_counts(counted, cap)
 
 
 def _hidden_rows(

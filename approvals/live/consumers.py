@@ -366,7 +366,7 @@ class InboxConsumer(_Base):
 
     async def _push_count(self, event: dict) -> None:
         """The list's count, the title's and the chips' counts, as this viewer's filters and
-        snoozes count them (one capped count query: selectors.inbox_counts)."""
+        snoozes count them (selectors.inbox_counts, capped)."""
         await self.push(
             await database_sync_to_async(rendering.list_counts_html, thread_sensitive=False)(
                 self.scope["user"], self.params

@@ -120,7 +120,7 @@ def filter_notices(params, query: selectors.InboxQuery, agent_names: list[str]) 
 
 
 def counts_context(user, params, *, now=None) -> dict:
-    """The inbox's counts for one viewer (one query): the list's, the page title's (pending,
+    """The inbox's counts for one viewer (two queries): the list's, the page title's (pending,
     less what the viewer snoozed or ignored) and the chips'."""
     query = inbox_query(params)
     counts = selectors.inbox_counts(
@@ -137,8 +137,8 @@ def counts_context(user, params, *, now=None) -> dict:
 
 
 def list_context(user, params, page_number=None, *, now=None) -> dict:
-    """The inbox list: filters, chip counts, one page of rows (3 queries: the counts, the
-    page's rows and their calls)."""
+    """The inbox list: filters, chip counts, one page of rows (4 queries: the counts' two,
+    the page's rows and their calls)."""
     now = now or timezone.now()
     counted = counts_context(user, params, now=now)
     query = counted["query"]
