@@ -627,8 +627,8 @@ def list_requests(request, filters: Query[RequestFilter]):
     )
     qs = selectors.inbox_requests(query, user_id=request.user.pk, hidden_agents=hidden)
     page = qs[filters.offset : filters.offset + filters.limit]
-    count = selectors.inbox_counts(query, user_id=request.user.pk, hidden_agents=hidden)
-    return {"items": [selectors.request_view(r) for r in page], "count": count["matching"]}
+    count = selectors.inbox_matching_count(query, user_id=request.user.pk, hidden_agents=hidden)
+    return {"items": [selectors.request_view(r) for r in page], "count": count}
 
 
 # Before /requests/{request_id}: Django resolves paths in order, and "bulk" is no id.

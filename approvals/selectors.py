@@ -486,6 +486,28 @@ def inbox_counts(
     return {**counts, "waiting": first["waiting"]}
 
 
+def _chips_by_hides(query: InboxQuery, hides: QuerySet, *, user_id: Any, now: Any) -> dict:
+    """`_chip_conditions` with hidden / shown as membership in the viewer's hides (for
+    counts: no per-row EXISTS annotation)."""
+    return {
+        **_chip_conditions(query, user_id=user_id, now=now),
+        "hidden": Q(pk__in=hides.values("request_id")),
+        "shown": ~Q(pk__in=hides.values("request_id")),
+    }
+
+
+def inbox_matching_count(
+    query: InboxQuery, *, user_id: Any, hidden_agents: Collection[str] = (), now: Any = None
+) -> int:
+    """The exact number of rows the query matches (one query): the API's `count`, which
+    clients page by. The pages use `inbox_counts`, capped."""
+    now = now or timezone.now()
+    hides = _viewer_hides_q(user_id, now)
+    chips = _chips_by_hides(query, hides, user_id=user_id, now=now)
+    own = _query_conditions(query, chips)
+    return _inbox_base(query, hidden_agents=hidden_agents).filter(_all_of(own.values())).count()
+
+
 def _counts_in_one_pass(
     query: InboxQuery, scope: QuerySet, *, user_id: Any, now: Any
 ) -> dict[str, int]:
@@ -520,11 +542,7 @@ def _counts_each_capped(
     query: InboxQuery, scope: QuerySet, hides: QuerySet, *, user_id: Any, now: Any, cap: int
 ) -> dict[str, int]:
     """Counts of a large scope: each a subquery that stops at `cap` + 1 rows."""
-    chips = {
-        **_chip_conditions(query, user_id=user_id, now=now),
-        "hidden": Q(pk__in=hides.values("request_id")),
-        "shown": ~Q(pk__in=hides.values("request_id")),
-    }
+    chips = _chips_by_hides(query, hides, user_id=user_id, now=now)
     own = _query_conditions(query, chips)
     specs = {
         "matching": own,
