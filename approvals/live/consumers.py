@@ -324,7 +324,7 @@ class InboxConsumer(_Base):
             return
         created = event["created"]
         listed = await self._lists_now(event)
-        row, drop, card = "", "", ""
+        row, drop = "", ""
         if listed and not (created and str(self.page) != "1"):
             row = await rendering.row_for_change(
                 event["request_pk"],
@@ -334,15 +334,7 @@ class InboxConsumer(_Base):
             )
         elif not listed and not created:
             drop = f"row-{event['request_pk']}"
-        if not created and event["request_pk"] == self.viewing_pk:
-            card = await rendering.card_for_change(
-                event["request_pk"],
-                change=event["change"],
-                can_decide=self.rights.can_decide(
-                    event["agent"], started_by_id=event.get("started_by_id")
-                ),
-                oob=True,
-            )
+        card = await self._viewed_card(event)
         await self.push(
             rendering.inbox_update(
                 row=row, card=card, prepend=created, drop=drop, toast=self._toast(event)
@@ -350,11 +342,11 @@ class InboxConsumer(_Base):
         )
         await self._push_count(event)
 
-    async def _push_viewed_card(self, event: dict) -> None:
-        """A request's own page: a change of that request brings its card and the toast."""
+    async def _viewed_card(self, event: dict) -> str:
+        """The card of the changed request when this page shows it ("" otherwise)."""
         if event["created"] or event["request_pk"] != self.viewing_pk:
-            return
-        card = await rendering.card_for_change(
+            return ""
+        return await rendering.card_for_change(
             event["request_pk"],
             change=event["change"],
             can_decide=self.rights.can_decide(
@@ -362,7 +354,12 @@ class InboxConsumer(_Base):
             ),
             oob=True,
         )
-        await self.push(rendering.inbox_update(card=card, toast=self._toast(event)))
+
+    async def _push_viewed_card(self, event: dict) -> None:
+        """A request's own page: a change of that request brings its card and the toast."""
+        card = await self._viewed_card(event)
+        if card:
+            await self.push(rendering.inbox_update(card=card, toast=self._toast(event)))
 
     async def _push_count(self, event: dict) -> None:
         """The list's count, the title's and the chips' counts, as this viewer's filters and
