@@ -156,11 +156,32 @@ def request_list(user, params: dict[str, str], page: int | str | None) -> str:
     )
 
 
-def list_counts_html(user, params: dict[str, str]) -> str:
-    """A viewer's list count (and the title's) and its chips' counts now, out of band."""
-    context = counts_context(user, params)
+def pending_count(hidden: frozenset[str] = frozenset()) -> int:
+    """Pending requests of the agents a viewer sees (`hidden`: the others), up to the cap."""
+    scope = selectors.request_list(state="pending", hidden_agents=hidden)
+    return len(scope.order_by().values_list("pk", flat=True)[: selectors.count_cap() + 1])
+
+
+async def count_for_change(*, change: str, hidden: frozenset[str] = frozenset()) -> int:
+    key = f"pending:{change}:{','.join(sorted(hidden))}"
+    return await FRAGMENTS.get(key, lambda: pending_count(hidden))
+
+
+def list_count(user, params: dict[str, str]) -> tuple[int, int]:
+    """(the rows a filtered list matches, the viewer's waiting count) now, capped."""
+    counts = counts_context(user, params)
+    return counts["count"], counts["pending"]
+
+
+def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
     return render_to_string(
-        "approvals/_live.html#list-counts", {**context, "count_oob": True, "chips_swap": True}
+        "approvals/inbox.html#request-count",
+        {
+            "count": count,
+            "pending": count if pending is None else pending,
+            "filters": {"state": state},
+            "count_oob": True,
+        },
     )
 
 
