@@ -46,8 +46,10 @@ async def _race(stack, servers, request_ids):
                 detail = response.json().get("detail", "") if response.status_code != 200 else ""
                 results.append((request_id, user, response.status_code, detail))
 
+    # 5,000 decisions through four servers on the machine's cores: a bound on a stall, not
+    # a speed goal (a slower machine took over 100 s where this test asserts correctness)
     await asyncio.wait_for(
-        asyncio.gather(*(reviewer(i) for i in range(REVIEWERS))), timeout=2 * WAIT + 60
+        asyncio.gather(*(reviewer(i) for i in range(REVIEWERS))), timeout=2 * WAIT + 260
     )
     return results
 
