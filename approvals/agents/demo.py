@@ -128,15 +128,30 @@ def _first_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _plan(prompt: str) -> list[InProcessToolCall]:
-    words = prompt.lower()
-    # "B-7", "AB-1234", "order 42", "order #42", or a bare number of 4+ digits
+# An order id: "B-7", "ab-1234" (1-3 letters, a dash, digits) or a number.
+_ORDER_ID = r"[A-Z]{1,3}-\d+"
+# The order the prompt names, in any case: "order 42", "Order b-1", "ORDER #77", "order no. 5",
+# "order number 9", "order id: A-3".
+_ORDER_NAMED = re.compile(
+    rf"\border\s*(?:no\.?|number|id)?\s*[#:]?\s*({_ORDER_ID}|\d+)\b", re.IGNORECASE
+)
+
+
+def order_of(prompt: str) -> str:
+    """The order a prompt is about: the one named "order <id>" wins, else the first
+    letter-dash id ("B-7"), else a bare number of 4+ digits, else the demo's own A-1001.
+    The id is kept as the prompt spells it."""
     order = (
-        re.search(r"\b([A-Z]{1,3}-\d+)\b", prompt)
-        or re.search(r"\border\s*(?:no\.?|number)?\s*#?\s*(\d+)\b", prompt, re.IGNORECASE)
+        _ORDER_NAMED.search(prompt)
+        or re.search(rf"\b({_ORDER_ID})\b", prompt, re.IGNORECASE)
         or re.search(r"#?(\d{4,})", prompt)
     )
-    order_id = order.group(1) if order else "A-1001"
+    return order.group(1) if order else "A-1001"
+
+
+def _plan(prompt: str) -> list[InProcessToolCall]:
+    words = prompt.lower()
+    order_id = order_of(prompt)
     amount_match = re.search(r"\$\s*(\d+(?:\.\d+)?)", prompt) or re.search(
         r"\b(\d{1,4}(?:\.\d+)?)\s*(?:usd|dollars?)\b", words
     )

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from .. import agents, selectors
 from ..domain.arguments import diff
+from ..domain.jsonvalues import strict_json_loads
 from ..models import ApprovalRequest, RequestCall
 from .fields import SchemaField, fields_for
 
@@ -379,6 +380,84 @@ def request_card(
     if row.kind not in ("tool_call", "approval", "question") and schema is not None:
         card.input_fields = fields_for(schema, {})
     return card
+
+
+# What a reviewer typed into a decision that came too late, kept on the card to copy.
+# Fields of the decision forms that carry no typing of the reviewer's own: the form's
+# plumbing, and the hidden fields the inbox adds (`takeover`, inbox-keys.js).
+_NOT_TYPED = frozenset({"csrfmiddlewaretoken", "confirmed", "next", "claim", "takeover"})
+_TYPED_LABELS = {
+    "reason": "Your reason",
+    "output": "Your result",
+    "input": "Your edited arguments",  # the edit preview's approve form: the arguments as JSON
+}
+# Schema widgets that choose between given values (a checkbox, a select): not typing.
+_CHOICE_WIDGETS = frozenset({"checkbox", "select"})
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Equal as a reviewer reads them (browsers post a textarea's line ends as CRLF)."""
+    return a.replace("\r\n", "\n").strip() == b.replace("\r\n", "\n").strip()
+
+
+def _same_json(text: str, value: Any) -> bool:
+    """`text` is `value` as JSON (the edit preview approving the arguments as they were)."""
+    try:
+        return strict_json_loads(text) == value
+    except ValueError:
+        return False
+
+
+def _call_names(calls: Sequence[CallCard]) -> dict[str, str]:
+    """Each call's name as its fieldset's legend shows it (the tool's), with its place when
+    the turn calls that tool twice."""
+    names = [c.call.tool_name for c in calls]
+    return {
+        c.call.call_id: name if names.count(name) == 1 else f"{name} (call {i})"
+        for i, (c, name) in enumerate(zip(calls, names, strict=True), start=1)
+    }
+
+
+def typed_texts(card: RequestCard, post: Any) -> list[tuple[str, str]]:
+    """What a reviewer typed into one of `card`'s decision forms (`post`, a QueryDict), as
+    (label, text) pairs labelled as the form showed them: a reason or result (per call, under
+    the tool's name), an argument edited or a form field filled in (under its label), a
+    question's typed answer (under the question). Not typing, so not kept: a choice between
+    given options (a question's option, a select, a checkbox, a call's decision), a field
+    left as it was prefilled, the form's hidden fields. A field none of the card's forms has
+    is kept under its own name: nothing typed is lost."""
+    # The schema fields of the card's form: an input / MCP question's, or the edit form's.
+    schema_fields = card.input_fields or (card.calls[0].fields if card.calls else [])
+    by_name = {f.html_name: f for f in schema_fields}
+    questions = {f"q.{q.index}": q for q in card.questions}
+    call_names = _call_names(card.calls)
+    typed = []
+    for name in post:
+        if name in _NOT_TYPED or name.startswith("decision."):
+            continue
+        values = [v for v in post.getlist(name) if v.strip()]
+        if name in questions:
+            question = questions[name]
+            if question.options:
+                continue
+            label = question.text or question.header or name
+        elif name in by_name:
+            schema_field = by_name[name]
+            if schema_field.widget in _CHOICE_WIDGETS:
+                continue
+            values = [v for v in values if not _same_text(v, schema_field.value_text)]
+            label = schema_field.label
+        else:
+            if name == "input" and card.calls:  # the edit preview's arguments, if changed
+                values = [v for v in values if not _same_json(v, card.calls[0].call.input)]
+            base, _, rest = name.partition(".")
+            label = _TYPED_LABELS.get(name, name)
+            if base in ("reason", "output") and rest in call_names:  # a call's fieldset
+                label = f"{_TYPED_LABELS[base]} for {call_names[rest]}"
+            elif base == "field" and rest:  # an argument the editor did not show
+                label = rest
+        typed.extend((label, value) for value in values)
+    return typed
 
 
 def decision_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:

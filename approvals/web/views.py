@@ -198,53 +198,25 @@ def _decide(
         raise PermissionDenied(permission_needed(DECIDE)) from None
     except AlreadyDecided as exc:
         message = cards.nothing_changed(exc.state, exc.decided_by, exc.decided_at)
-        unsent = _typed_texts(request)
-        if unsent:
-            return _too_late(request, request_id, message, unsent)
-        return _outcome(request, request_id, message, "warning")
+        return _too_late(request, request_id, message)
     except ServiceError as exc:
         return _outcome(request, request_id, str(exc), "error")
     return _outcome(request, request_id, done, "success")
 
 
-# Fields of a decision form that carry no typing of the reviewer's own.
-_NOT_TYPED = {"csrfmiddlewaretoken", "confirmed", "next", "claim"}
-_TYPED_LABELS = {
-    "reason": "Your reason",
-    "output": "Your result",
-    "input": "Your edited arguments",
-}
-
-
-def _typed_texts(request: HttpRequest) -> list[tuple[str, str]]:
-    """What the reviewer typed into a decision form, as (label, text): reasons, results,
-    edited arguments and answer-form fields (a choice between given options is not typing)."""
-    typed = []
-    for name in request.POST:
-        if name in _NOT_TYPED or name.startswith(("decision.", "q.")):
-            continue
-        for value in request.POST.getlist(name):
-            if not value.strip():
-                continue
-            base, _, call = name.partition(".")
-            label = _TYPED_LABELS.get(base, name)
-            if call and base in _TYPED_LABELS:
-                label = f"{label} for {call}"
-            typed.append((label, value))
-    return typed
-
-
-def _too_late(
-    request: HttpRequest, request_id: str, message: str, unsent: list[tuple[str, str]]
-) -> HttpResponse:
-    """Somebody decided first, after this reviewer typed a reason, result or answer: the
-    decided card says who, and holds what was typed to copy (outcome "unsent": the inbox
-    keeps this card open instead of moving on). Without htmx, the request's page (409)."""
+def _too_late(request: HttpRequest, request_id: str, message: str) -> HttpResponse:
+    """Somebody decided first. When this reviewer had typed something (a reason, a result,
+    an edit, an answer: cards.typed_texts reads the form as the card showed it), the decided
+    card says who and holds what was typed to copy (outcome "unsent": the inbox keeps this
+    card open instead of moving on; without htmx, the request's page, 409). Nothing typed:
+    a warning, and the inbox moves on."""
     row = _get_request(request_id, request.user)
     card = cards.request_card(
         row, can_decide=can_decide_request(request.user, row), message=message, level="warning"
     )
-    card.unsent = unsent
+    card.unsent = cards.typed_texts(card, request.POST)
+    if not card.unsent:
+        return _outcome(request, request_id, message, "warning", card=card)
     if not request.htmx:
         return _request_page(request, row, card, status=409)
     return _outcome(request, request_id, message, "unsent", card=card)
@@ -463,10 +435,7 @@ def request_edit(request: HttpRequest, request_id: str) -> HttpResponse:
         )
     if row.state != ApprovalRequest.State.PENDING:
         message = cards.nothing_changed(row.state, row.decided_by, row.decided_at)
-        unsent = _typed_texts(request)
-        if unsent:
-            return _too_late(request, request_id, message, unsent)
-        return _outcome(request, request_id, message, "warning")
+        return _too_late(request, request_id, message)
     card = cards.request_card(row, can_decide=True)
     context = {
         "card": card,

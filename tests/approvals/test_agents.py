@@ -253,6 +253,16 @@ def test_an_executor_exception_becomes_an_error_output(scratch):
         ("Refund #12345 please", "12345", 250),
         ("Refund AB-77 now", "AB-77", 250),
         ("Refund my order", "A-1001", 250),  # nothing named: the demo's own example
+        # "order <id>" in any case, kept as spelled, wins over an id elsewhere in the text
+        ("Order b-1: refund $5", "b-1", 5),
+        ("REFUND ORDER 42 FOR $3", "42", 3),
+        ("Refund order 42, see ticket T-9", "42", 250),
+        ("Per AB-7 policy, refund Order b-12 $20", "b-12", 20),
+        ("Refund order no. 5 of 7 dollars", "5", 7),
+        ("Refund order number 9", "9", 250),
+        ("Refund order id: C-3 now", "C-3", 250),
+        ("refund ab-77 now", "ab-77", 250),  # no "order": the id pattern, any case
+        ("Refund the order of ticket T-9", "T-9", 250),  # "order of" names no order
     ],
 )
 def test_the_demo_agent_reads_the_order_and_amount_the_prompt_names(prompt, order, amount):

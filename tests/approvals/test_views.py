@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
+from html.parser import HTMLParser
 
 import pytest
 from django.db import connection
@@ -237,22 +239,6 @@ def test_a_late_decline_without_javascript_keeps_the_typed_reason_on_the_page(re
     assert len(decisions_of(fresh_row(row))) == 1
 
 
-def test_a_late_typed_result_and_edit_are_kept_too(reviewer, halted):
-    _, row = halted
-    session_client(reviewer).post(url(row, "decline"), {"reason": "first"})
-    late = session_client(make_user(role="reviewer"))
-    response = late.post(url(row, "approve"), {"input": '{"order_id": "A-7"}'}, headers=HX)
-    assert response["X-Toolnexus-Outcome"] == "unsent"
-    html = response.content.decode()
-    assert "Your edited arguments" in html
-    assert "{&quot;order_id&quot;: &quot;A-7&quot;}</textarea>" in html
-    response = late.post(url(row, "edit"), {"order_id": "A-8", "amount": "12"}, headers=HX)
-    assert response["X-Toolnexus-Outcome"] == "unsent"
-    html = response.content.decode()
-    assert ">A-8</textarea>" in html and ">12</textarea>" in html
-    assert fresh_row(row).reason == "first"
-
-
 def test_stale_decline_with_htmx_answers_the_card_with_the_message(reviewer, halted):
     _, row = halted
     other = make_user(role="reviewer")
@@ -277,6 +263,281 @@ def test_approve_after_a_decline_is_stale_too(reviewer, halted):
     assert response.status_code == 200
     assert "Already declined by" in response.content.decode()
     assert fresh_row(row).state == "declined"
+
+
+# -- a late decision keeps what was typed, labelled as the form showed it ---------------------
+# These tests post what the rendered form posts: they read the card's form (its field names
+# and prefilled values), type into it, and send that, as a browser would.
+
+
+class _FormReader(HTMLParser):
+    """The fields of the first form posting to `action`, and what it posts as rendered."""
+
+    def __init__(self, action: str):
+        super().__init__(convert_charrefs=True)
+        self.action, self.inside, self.found = action, False, False
+        self.names: list[str] = []  # every field name, in the form's order
+        self.posted: list[tuple[str, str]] = []  # (name, value) the form sends untouched
+        self._textarea: str | None = None
+        self._select: str | None = None
+        self._text: list[str] = []
+        self._options: list[tuple[str, bool]] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: v or "" for k, v in attrs}
+        name = a.get("name", "")
+        if tag == "form":
+            self.inside = not self.found and a.get("action") == self.action
+            self.found = self.found or self.inside
+        elif not self.inside:
+            return
+        elif tag == "option" and self._select:
+            self._options.append((a.get("value", ""), "selected" in a))
+        elif not name:
+            return
+        elif tag == "input":
+            self.names.append(name)
+            kind = a.get("type", "text")
+            if kind not in ("radio", "checkbox") or "checked" in a:
+                self.posted.append((name, a.get("value", "on" if kind == "checkbox" else "")))
+        elif tag == "textarea":
+            self.names.append(name)
+            self._textarea, self._text = name, []
+        elif tag == "select":
+            self.names.append(name)
+            self._select, self._options = name, []
+
+    def handle_data(self, data):
+        if self._textarea:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self.inside = False
+        elif tag == "textarea" and self._textarea:
+            text = "".join(self._text)
+            self.posted.append((self._textarea, text[1:] if text.startswith("\n") else text))
+            self._textarea = None
+        elif tag == "select" and self._select:
+            chosen = [v for v, selected in self._options if selected] or [
+                v for v, _ in self._options[:1]
+            ]
+            self.posted.extend((self._select, v) for v in chosen[:1])
+            self._select = None
+
+
+def form_post(html: str, action: str, typed: dict[str, str]) -> dict[str, list[str]]:
+    """What the form posting to `action` in `html` sends with `typed` typed into it; a name
+    the rendered form does not have fails the test."""
+    reader = _FormReader(action)
+    reader.feed(html)
+    assert reader.found, f"no form posts to {action}"
+    unknown = set(typed) - set(reader.names)
+    assert not unknown, f"the form has no field {sorted(unknown)}, only {reader.names}"
+    data: dict[str, list[str]] = {}
+    for name, value in reader.posted:
+        data.setdefault(name, []).append(value)
+    for name, value in typed.items():
+        data[name] = [value]
+    return data
+
+
+def kept(html: str) -> list[tuple[str, str]]:
+    """The (label, text) pairs a late decision's card keeps to copy."""
+    block = re.search(r'<div class="unsent">(.*?)</div>', html, re.S)
+    if block is None:
+        return []
+    pairs = re.findall(
+        r"<label>(.*?) <textarea[^>]*>(.*?)</textarea></label>", block.group(1), re.S
+    )
+    return [(unescape(label), unescape(text)) for label, text in pairs]
+
+
+_late_rows = iter(range(1, 1_000_000))
+
+
+def make_row(kind: str, data: dict, calls=()) -> ApprovalRequest:
+    """A pending request of the demo agent made directly (no model turn)."""
+    n = next(_late_rows)
+    run = Run.objects.create(agent="demo", prompt=f"late decision {n}", status="pending")
+    row = ApprovalRequest.objects.create(
+        run=run, agent="demo", request_id=f"late-{n}", kind=kind, prompt=f"late {n}", data=data
+    )
+    for position, (call_id, tool, input) in enumerate(calls):
+        row.calls.create(position=position, call_id=call_id, tool_name=tool, input=input)
+    return row
+
+
+def decided_first(row: ApprovalRequest) -> None:
+    response = session_client(make_user(role="reviewer")).post(
+        url(row, "decline"), {"reason": "first"}
+    )
+    assert response.status_code == 302
+    assert fresh_row(row).state == "declined"
+
+
+def test_a_late_edit_keeps_the_changed_arguments_under_their_names(reviewer, halted):
+    _, row = halted
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    edit = form_post(card, url(row, "edit"), {"field.amount": "120"})
+    decided_first(row)
+
+    response = late.post(url(row, "edit"), edit, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    # the argument as the editor labelled it; the order, left as it was, is not typing
+    assert kept(response.content.decode()) == [("amount", "120")]
+    page = late.post(url(row, "edit"), edit)  # without JavaScript: the request's page
+    assert page.status_code == 409
+    assert kept(page.content.decode()) == [("amount", "120")]
+    assert "field.amount" not in page.content.decode().split('class="unsent"')[1][:400]
+    assert fresh_row(row).reason != "120" and len(decisions_of(fresh_row(row))) == 1
+
+
+def test_a_late_edit_that_changed_nothing_keeps_nothing(reviewer, halted):
+    _, row = halted
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    edit = form_post(card, url(row, "edit"), {})
+    decided_first(row)
+    response = late.post(url(row, "edit"), edit, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "warning"  # nothing to lose: the inbox moves on
+    assert kept(response.content.decode()) == []
+
+
+def test_a_late_approval_of_edited_arguments_keeps_them(reviewer, halted):
+    _, row = halted
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    preview = late.post(
+        url(row, "edit"), form_post(card, url(row, "edit"), {"field.amount": "120"}), headers=HX
+    ).content.decode()
+    approve = form_post(preview, url(row, "approve"), {})
+    decided_first(row)
+
+    response = late.post(url(row, "approve"), approve, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    [(label, text)] = kept(response.content.decode())
+    assert label == "Your edited arguments"
+    assert json.loads(text) == {"order": "A-1001", "amount": 120}
+
+
+def test_a_late_approval_of_unchanged_arguments_keeps_nothing(reviewer, halted):
+    _, row = halted
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    preview = late.post(
+        url(row, "edit"), form_post(card, url(row, "edit"), {}), headers=HX
+    ).content.decode()
+    assert "No changes" in preview
+    approve = form_post(preview, url(row, "approve"), {})
+    decided_first(row)
+    response = late.post(url(row, "approve"), approve, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "warning"
+    assert kept(response.content.decode()) == []
+
+
+def test_a_late_typed_result_is_kept(reviewer):
+    email = {"to": "a@example.com", "subject": "Hi", "body": "Hello"}
+    row = make_row(
+        "tool_call",
+        {"calls": [{"id": "c1", "name": "send_email", "input": email, "arguments": ""}]},
+        [("c1", "send_email", email)],
+    )
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    output = form_post(card, url(row, "output"), {"output": "Sent by hand at 9:05"})
+    decided_first(row)
+    response = late.post(url(row, "output"), output, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    assert kept(response.content.decode()) == [("Your result", "Sent by hand at 9:05")]
+
+
+def test_late_per_call_decisions_keep_results_and_reasons_under_the_tool_names(reviewer, two_calls):
+    _, row = two_calls
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    typed = {
+        "decision.call_refund": "decline",
+        "reason.call_refund": "over the limit",
+        "decision.call_email": "output",
+        "output.call_email": "mailed it myself",
+    }
+    calls = form_post(card, url(row, "calls"), typed)
+    decided_first(row)
+    response = late.post(url(row, "calls"), calls, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    assert kept(response.content.decode()) == [
+        ("Your reason for refund", "over the limit"),
+        ("Your result for send_email", "mailed it myself"),
+    ]
+
+
+def test_a_late_answer_keeps_what_was_typed_for_questions_without_options(reviewer):
+    questions = [
+        {"question": "Which plan?", "header": "Plan", "options": [{"label": "basic"}, "pro"]},
+        {"question": "When should we call the customer?", "header": "Call"},
+    ]
+    row = make_row("question", {"questions": questions})
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    answer = form_post(card, url(row, "respond"), {"q.0": "pro", "q.1": "Monday, after 10"})
+    decided_first(row)
+    response = late.post(url(row, "respond"), answer, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    # the typed answer under its question; a choice between given options is not typing
+    assert kept(response.content.decode()) == [
+        ("When should we call the customer?", "Monday, after 10")
+    ]
+
+
+BOOKING_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name on the booking"},
+        "party_size": {"type": "integer", "title": "Party size", "default": 2},
+        "seating": {"type": "string", "enum": ["inside", "terrace"]},
+        "vegan": {"type": "boolean", "title": "Vegan menu"},
+        "note": {"type": "string"},
+    },
+    "required": ["name"],
+}
+
+
+@pytest.mark.parametrize("kind", ["input", "elicitation"])
+def test_a_late_form_answer_keeps_each_typed_field_under_its_label(reviewer, kind):
+    data = {"schema": BOOKING_SCHEMA}
+    if kind == "elicitation":
+        data |= {"server": "tables", "tool": "book_table", "input": {"time": "19:30"}}
+    row = make_row(kind, data)
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    typed = {
+        "field.name": "Ada Lovelace",
+        "field.party_size": "4",
+        "field.seating": "terrace",
+        "field.vegan": "on",
+        "field.note": "",
+    }
+    answer = form_post(card, url(row, "respond"), typed)
+    decided_first(row)
+    response = late.post(url(row, "respond"), answer, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "unsent"
+    assert kept(response.content.decode()) == [
+        ("Name on the booking", "Ada Lovelace"),
+        ("Party size", "4"),
+    ]
+
+
+def test_a_late_decision_taking_over_a_claim_keeps_no_hidden_field(reviewer, halted):
+    _, row = halted
+    late = session_client(reviewer)
+    card = late.get(f"/?r={row.request_id}").content.decode()
+    decline = form_post(card, url(row, "decline"), {}) | {"takeover": ["1"]}  # inbox-keys.js
+    decided_first(row)
+    response = late.post(url(row, "decline"), decline, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "warning"
+    assert kept(response.content.decode()) == []
 
 
 def test_unknown_request_is_404(reviewer):
