@@ -4,6 +4,7 @@ snapshots render the same contexts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.contrib.auth.context_processors import PermWrapper
@@ -12,7 +13,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import agents, selectors
+from .. import agents, selectors, services
 from ..models import ApprovalRequest, RequestHide, Run
 from ..permissions import agents_visible_to, can_decide_request, hidden_agents
 from .cards import KIND_LABELS, mcp_call_servers, request_card, request_row
@@ -78,20 +79,98 @@ def chips(query: selectors.InboxQuery, counts: dict[str, int]) -> list[dict]:
     return out
 
 
-def _page(qs, counted: int, page_number) -> tuple:
+# Past the count cap a page number is not checked against a count: a larger one only reads
+# an empty page (and is kept below what an OFFSET can hold).
+MAX_PAGE_NUMBER = 10**7
+
+
+@dataclass(frozen=True)
+class InboxPage:
+    """One page of the inbox's rows, and where the pager may go from it. `num_pages` is 0
+    when the rows were not counted (past the cap); `last_page` is set on a page past the
+    end: the last page that has rows (0: none has)."""
+
+    rows: list
+    number: int
+    has_next: bool
+    num_pages: int = 0
+    last_page: int = 0
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_other_pages(self) -> bool:
+        return self.has_previous or self.has_next
+
+    @property
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    @property
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+    @property
+    def past_end(self) -> bool:
+        """A page after the last one (a URL's page number, or rows decided meanwhile)."""
+        return not self.rows and self.number > 1
+
+
+def _page_number(page_number) -> int:
+    try:
+        return min(max(1, int(page_number or 1)), MAX_PAGE_NUMBER)
+    except (TypeError, ValueError, OverflowError):
+        return 1
+
+
+def _page(qs, counted: int, page_number) -> tuple[InboxPage, bool]:
     """One page of the rows, and whether the count was capped (see selectors.inbox_counts).
-    Counted already: no COUNT query. Past the cap every page with rows stays reachable: a
-    page is offered next while this one is full."""
-    paginator = Paginator(qs, PAGE_SIZE)
-    capped = counted > selectors.count_cap()
-    if capped:
-        try:
-            wanted = max(1, int(page_number or 1))
-        except (TypeError, ValueError):
-            wanted = 1
-        counted = max(counted, wanted * PAGE_SIZE + 1)
-    paginator.__dict__["count"] = counted
-    return paginator.get_page(page_number), capped
+    Counted already: no COUNT query for a page. Within the cap the count numbers the pages
+    (a number past the end reads the last page). Past it every page with rows stays
+    reachable: PAGE_SIZE + 1 rows are read (the same query), and Next is offered only when
+    that one more row exists. A page past the end says so, and which page is the last: one
+    COUNT that stops at the rows before this page (no more than the page's OFFSET read)."""
+    if counted <= selectors.count_cap():
+        paginator = Paginator(qs, PAGE_SIZE)
+        paginator.__dict__["count"] = counted
+        page = paginator.get_page(page_number)
+        found = InboxPage(
+            rows=list(page.object_list),
+            number=page.number,
+            has_next=page.has_next(),
+            num_pages=paginator.num_pages,
+        )
+        return found, False
+    number = _page_number(page_number)
+    start = (number - 1) * PAGE_SIZE
+    fetched = list(qs[start : start + PAGE_SIZE + 1])
+    rows = fetched[:PAGE_SIZE]
+    last_page = 0
+    if not rows and number > 1:
+        before = qs.order_by().values("pk")[:start].count()
+        last_page = -(-before // PAGE_SIZE)  # rounded up
+    return InboxPage(rows, number, len(fetched) > PAGE_SIZE, last_page=last_page), True
+
+
+def bulk_all_label(count: int) -> str:
+    """The bulk bar's "all matching" choice: the count as the page shows it ("1000+" past
+    the cap) and, when one bulk decision handles fewer (services.MAX_BULK_IDS, in the list's
+    order) or may, how many."""
+    limit = services.MAX_BULK_IDS
+    label = f"all {selectors.count_label(count)} matching"
+    if count > limit:
+        return f"{label} (the first {limit})"
+    if count > selectors.count_cap():  # more than a cap below the limit: how many, unknown
+        return f"{label} (at most {limit})"
+    return label
 
 
 # A filter value the inbox does not know, and what it shows instead.
@@ -138,7 +217,8 @@ def counts_context(user, params, *, now=None) -> dict:
 
 def list_context(user, params, page_number=None, *, now=None) -> dict:
     """The inbox list: filters, chip counts, one page of rows (4 queries: the counts' two,
-    the page's rows and their calls)."""
+    the page's rows and their calls; a page past the end of a list counted past the cap,
+    one more, for which page is the last: see `_page`)."""
     now = now or timezone.now()
     counted = counts_context(user, params, now=now)
     query = counted["query"]
@@ -155,6 +235,7 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
         "nav": "inbox",
         "page": page,
         "count_capped": capped,
+        "bulk_all_label": bulk_all_label(counted["count"]),
         "rows": [request_row(row, now=now) for row in page],
         "selected_id": selected,
         "agent_names": agent_names,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 
 import pytest
 from channels.db import database_sync_to_async
@@ -199,6 +200,68 @@ async def test_empty_inbox_snapshot_shows_the_empty_state():
     try:
         assert 'id="request-list"' in snapshot
         assert 'id="inbox-empty"' in snapshot
+    finally:
+        await comm.disconnect()
+
+
+class _TextOf(HTMLParser):
+    """The text inside the element with one id, nested elements included."""
+
+    VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+
+    def __init__(self, element_id: str) -> None:
+        super().__init__()
+        self.element_id, self.depth, self.text = element_id, 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.VOID:
+            return
+        if self.depth or dict(attrs).get("id") == self.element_id:
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if self.depth and tag not in self.VOID:
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.text.append(data)
+
+
+def _text_of(html: str, element_id: str) -> str:
+    parser = _TextOf(element_id)
+    parser.feed(html)
+    return "".join(parser.text)
+
+
+def _inbox_page(user, path: str) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.get(path).content.decode()
+
+
+async def test_notices_about_unknown_filter_values_outlive_the_live_snapshot():
+    """The page names what its URL asked that the inbox could not do; the socket opens with
+    the filters as the page cleaned them, and its snapshot replaces the list: the notices
+    must not be inside anything the snapshot replaces."""
+    reviewer = await user_of("reviewer")
+    await halted_run(reviewer)
+    url = "/?sort=bogus&state=weird&claim=x&kind=poem"
+    page = await in_thread(_inbox_page, reviewer, url)
+    notices = re.findall(r'class="notice warning filter-notice" role="status">([^<]+)<', page)
+    assert len(notices) == 4 and "Unknown sort “bogus”: showing newest first." in notices
+    live = re.search(r'ws-connect="([^"]+)"', page).group(1).replace("&amp;", "&")
+    comm, snapshot = await open_socket(live, reviewer)
+    try:
+        replaced = re.findall(r'<\w+ id="([^"]+)"[^>]*hx-swap-oob="true"', snapshot)
+        assert "request-list" in replaced and "inbox-chips" in replaced
+        for element_id in replaced:
+            inside = _text_of(page, element_id)
+            assert not [n for n in notices if n in inside], element_id
+        assert "filter-notice" not in snapshot
+        # the page then tells the socket its URL as typed: the same list, nothing re-sent
+        await comm.send_to(text_data=json.dumps({"viewing": "", "filters": url[1:]}))
+        assert await comm.receive_nothing(timeout=0.3)
     finally:
         await comm.disconnect()
 

@@ -5,6 +5,7 @@ with counts, the pending count in the title, and a constant number of queries.""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -17,6 +18,7 @@ from approvals.models import ApprovalRequest, Run
 from approvals.presenters.cards import request_row, row_summary
 
 from .factories import drain, make_user, session_client, start_and_halt
+from .test_triage import make_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -270,7 +272,76 @@ def test_filter_values_the_inbox_does_not_know_are_named_not_ignored(reviewer, h
     assert "Unknown claim “theirs”: showing every request." in html
     assert "No agent named “ghost” that you can see." in html
     assert "Unknown kind “poem”: nothing is of that kind." in html
-    # known values say nothing, in the list htmx swaps in too
+    # known values say nothing, in the list htmx swaps in too (the notices' place is emptied)
     listed = client.get("/?sort=oldest&state=pending&agent=demo", headers=HX).content.decode()
-    assert "filter-notice" not in listed
+    assert 'class="notice warning filter-notice"' not in listed
+    assert '<div id="filter-notices" class="filter-notices" hx-swap-oob="true"></div>' in listed
     assert "Unknown sort" in client.get("/?sort=x", headers=HX).content.decode()
+
+
+def test_filter_notices_sit_outside_the_list_live_updates_replace(reviewer, halted):
+    html = session_client(reviewer).get("/?sort=sideways").content.decode()
+    notices = html.index('<div id="filter-notices"')
+    assert "Unknown sort “sideways”" in html[notices : html.index("</div>", notices)]
+    assert notices < html.index('<section id="request-list"')
+    assert "Unknown sort" not in html[html.index('<section id="request-list"') :]
+
+
+# -- pages past the count cap ------------------------------------------------------------------
+
+
+@pytest.fixture
+def forty(settings):
+    """40 pending requests, newest last: two full pages, counted past a cap of 5."""
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 5
+    return [make_request(age=timedelta(minutes=100 - i)) for i in range(40)]
+
+
+def test_past_the_cap_next_is_offered_only_when_a_row_follows(reviewer, forty):
+    client = session_client(reviewer)
+    client.get("/")  # warm: the session, permissions
+    with CaptureQueriesContext(connection) as seen:
+        first = client.get("/").content.decode()
+    assert ">5+ requests pending</p>" in first
+    assert "page 1</span>" in first and 'rel="next"' in first and 'rel="prev"' not in first
+    with CaptureQueriesContext(connection) as again:
+        last = client.get("/?page=2").content.decode()
+    assert len(again) == len(seen)  # reading one row more costs no query more
+    assert row_ids(last) == [r.pk for r in reversed(forty[:20])]  # a full page...
+    assert 'rel="prev"' in last and 'rel="next"' not in last  # ...and nothing after it
+    assert "No more requests" not in last
+    oldest = client.get("/?sort=oldest&page=2").content.decode()
+    assert 'rel="next"' not in oldest and ">Previous</a>" in oldest
+
+
+def test_a_page_past_the_end_says_so_and_links_back(reviewer, forty):
+    client = session_client(reviewer)
+    client.get("/")  # warm: the session, permissions
+    with CaptureQueriesContext(connection) as first:
+        client.get("/")
+    with CaptureQueriesContext(connection) as past:
+        html = client.get("/?page=7").content.decode()
+    # no rows, so no calls to prefetch; one COUNT (up to this page) says which page is the last
+    assert len(past) == len(first)
+    assert row_ids(html) == []
+    assert "<h2>No more requests</h2>" in html
+    assert 'This list ends at page 2: <a href="?page=2">back to page 2</a>' in html
+    assert '<a href="/">to the first page</a>' in html
+    assert 'rel="next"' not in html and 'rel="prev"' not in html
+    assert "Nothing waiting for you" not in html and "No requests match" not in html
+    # the links keep the filters
+    html = client.get("/?sort=oldest&page=3").content.decode()
+    assert '<a href="?sort=oldest&page=2">back to page 2</a>' in html
+    assert '<a href="/?sort=oldest">to the first page</a>' in html
+    # a page number no OFFSET could hold reads the same, no error
+    huge = client.get("/?page=" + "9" * 30)
+    assert huge.status_code == 200 and "<h2>No more requests</h2>" in huge.content.decode()
+
+
+def test_a_page_past_a_one_page_list_links_to_the_first_page(reviewer, settings):
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 2
+    for _ in range(3):
+        make_request()
+    html = session_client(reviewer).get("/?page=2", headers=HX).content.decode()
+    assert "This list ends before page 2: " in html
+    assert '<a href="/">back to the first page</a>' in html

@@ -11,9 +11,11 @@ from django.utils import timezone
 
 from approvals import services
 from approvals.models import ApprovalRequest, Event, RequestHide
-from approvals.web.triage import snooze_until
+from approvals.presenters.pages import bulk_all_label
+from approvals.web.triage import MAX_BULK, snooze_until
 
 from .factories import make_user, session_client, start_and_halt
+from .test_triage import make_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -305,6 +307,37 @@ def test_bulk_all_matching_uses_the_filters(reviewer, three):
     assert "3 of 3 declined." in flashes(client, response)
     assert {fresh(r).state for r in three} == {"declined"}
     assert fresh(other).state == "pending"
+
+
+def test_the_bulk_bars_all_matching_reads_the_capped_count_and_what_one_decision_handles(
+    reviewer, settings
+):
+    for _ in range(3):
+        make_request()
+    client = session_client(reviewer)
+    html = client.get("/").content.decode()
+    assert 'id="bulk-all"> all 3 matching</label>' in html
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 2
+    html = client.get("/").content.decode()
+    assert 'id="bulk-all"> all 2+ matching (at most 500)</label>' in html  # not "all 3"
+    assert "all 3 matching" not in html
+
+
+@pytest.mark.parametrize(
+    ("count", "label"),
+    [
+        (0, "all 0 matching"),
+        (500, "all 500 matching"),
+        (501, "all 501 matching (the first 500)"),
+        (1001, "all 1000+ matching (the first 500)"),  # past the default cap of 1000
+    ],
+)
+def test_the_all_matching_label_names_the_bulk_limit(count, label):
+    assert bulk_all_label(count) == label
+
+
+def test_the_all_matching_label_and_the_bulk_view_share_one_limit():
+    assert MAX_BULK == services.MAX_BULK_IDS
 
 
 @pytest.mark.parametrize(
