@@ -12,17 +12,17 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
-# Sent after commit with: run_id, request_pk (or None), created (a new request), decided (the
-# request row just decided, as the write left it in memory, or None).
+# Sent after commit with: run_id, request_pk (or None), created (a new request), row (the
+# request row as the write left it in memory, which saves receivers a read, or None).
 changed = Signal()
 
 
 def announce(
-    *, run_id: int, request_pk: int | None = None, created: bool = False, decided: Any = None
+    *, run_id: int, request_pk: int | None = None, created: bool = False, row: Any = None
 ) -> None:
     transaction.on_commit(
         lambda: changed.send(
-            sender=None, run_id=run_id, request_pk=request_pk, created=created, decided=decided
+            sender=None, run_id=run_id, request_pk=request_pk, created=created, row=row
         ),
         robust=True,
     )

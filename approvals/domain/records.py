@@ -226,7 +226,7 @@ def record_decision(
         )
         run.save(update_fields=["status", "version", "updated_at"])
     Event.objects.bulk_create(trail)
-    events.announce(run_id=run.pk, request_pk=row.pk, decided=row)
+    events.announce(run_id=run.pk, request_pk=row.pk, row=row)
     return run if resumed else None
 
 

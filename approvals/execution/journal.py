@@ -3,6 +3,7 @@ never run again after a crash, and one a worker died in is reported, not re-run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -32,18 +33,23 @@ def execution_finish(
     output: str,
     is_error: bool,
     request_call_pk: int | None = None,
+    then: Callable[[], None] | None = None,
 ) -> None:
     """Record a tool's result; `request_call_pk`: a decided relay call's row, which gets the
-    result in the same transaction."""
+    result in the same transaction; `then`: a further write for that transaction (the
+    relay answer built from this last result)."""
     finish = ToolExecution.objects.filter(
         run_id=run_id, message_index=message_index, call_id=call_id
     )
-    if request_call_pk is None:
+    if request_call_pk is None and then is None:
         finish.update(output=output, is_error=is_error, finished_at=timezone.now())
         return
     with transaction.atomic():
         finish.update(output=output, is_error=is_error, finished_at=timezone.now())
-        RequestCall.objects.filter(pk=request_call_pk).update(output=output, is_error=is_error)
+        if request_call_pk is not None:
+            RequestCall.objects.filter(pk=request_call_pk).update(output=output, is_error=is_error)
+        if then is not None:
+            then()
 
 
 def execution_discard(*, run_id: int, message_index: int, call_id: str) -> None:

@@ -77,13 +77,13 @@ def drive(run_id: int) -> str:
     if claimed is None:
         return "skipped"  # already taken, finished or cancelled
     run, request = claimed
+    step: _Step | None = None
     try:
         agent = agents.require(run.agent)
         answer = _answer_for(run, agent, request) if request is not None else None
         servers = agent.mcp_servers_for(run)  # host code may read the database: not async
-        # The request to mark applied, until a checkpoint has (the outcome need not repeat it).
-        applied = {"pk": request.pk if request is not None else None}
-        result = async_to_sync(_drive)(run, agent, worker_id, request, answer, servers, applied)
+        step = _Step(run_id, worker_id, request.pk if request is not None else None)
+        result = async_to_sync(_drive)(run, agent, step, request, answer, servers)
     except LeaseLost as exc:
         log.warning("%s", exc)
         return "lease lost"
@@ -98,20 +98,53 @@ def drive(run_id: int) -> str:
     except Exception as exc:  # the run records every failure; the worker carries on
         log.exception("run %s failed", run_id)
         error = f"{type(exc).__name__}: {exc}"
-        return _settle_safely(
-            run_id,
-            worker_id,
-            lambda: store.run_fail(run_id=run_id, worker_id=worker_id, error=error),
-            "failed",
+        # The failed run keeps the transcript it got to (a decision applied to it included).
+        fail = lambda: store.run_fail(  # noqa: E731
+            run_id=run_id,
+            worker_id=worker_id,
+            error=error,
+            messages=step.unsaved if step is not None else None,
+            applied_request_pk=step.applied_pk if step is not None else None,
         )
+        return _settle_safely(run_id, worker_id, fail, "failed")
     _keep_field_order(result)
     write = lambda: store.run_store_result(  # noqa: E731
         run_id=run_id,
         worker_id=worker_id,
         result=result,
-        applied_request_pk=applied["pk"],
+        applied_request_pk=step.applied_pk,
     )
     return _settle_safely(run_id, worker_id, write, result.status)
+
+
+@dataclasses.dataclass
+class _Step:
+    """One step's transcript between the engine's hooks and the database.
+
+    The transcript is stored before anything with an effect runs (a tool the journal
+    records), and with the step's end (its outcome, or its failure). A model call is not
+    such an effect: a worker killed during one leaves the transcript of before it, and the
+    run is driven from there again (the model is asked again; the journal keeps every tool
+    from running twice, and a decision not yet marked applied is applied again from its
+    stored answer). So a step that only calls the model and halts or ends writes once.
+    """
+
+    run_id: int
+    worker_id: str
+    applied_pk: int | None  # the decided request to mark applied with the next stored transcript
+    unsaved: list[dict[str, Any]] | None = None  # the newest transcript, not stored yet
+
+    def store_unsaved(self) -> None:
+        """Store the newest transcript now (before a tool runs)."""
+        if self.unsaved is None:
+            return
+        store.run_checkpoint(
+            run_id=self.run_id,
+            worker_id=self.worker_id,
+            messages=self.unsaved,
+            applied_request_pk=self.applied_pk,
+        )
+        self.unsaved, self.applied_pk = None, None
 
 
 def _keep_field_order(result: RunResult) -> None:
@@ -177,11 +210,21 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
     if request.answer is not None:
         return Answer.from_dict(request.answer)
     message_index = _halted_message_index(run)
+    calls = list(request.calls.all())
+    approved = [
+        c for c in calls if c.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT)
+    ]
     results = []
-    for call in request.calls.all():
-        if call.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT):
-            # The journal and the call row get the result in one transaction.
-            output, is_error = _run_executor(run, agent, call, message_index)
+    last_result: dict[str, Any] | None = None  # journaled together with the answer
+    for call in calls:
+        if call in approved:
+            # Each result goes to the journal and to the call's row in one transaction; the
+            # last executor's result waits for the answer built from it, to share its commit
+            # (a worker killed before that commit leaves an unknown outcome, as it would
+            # have between the executor and its journal entry).
+            output, is_error, last_result = _run_executor(
+                run, agent, call, message_index, defer_finish=call is approved[-1]
+            )
         else:
             output, is_error = call.output or "", call.is_error
         results.append(RelayResult(call.call_id, output, is_error))
@@ -190,7 +233,11 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
         if results
         else answer_declined(request.request_id, "no calls")
     )
-    store.request_store_answer(request_pk=request.pk, answer=answer)
+    keep = lambda: store.request_store_answer(request_pk=request.pk, answer=answer)  # noqa: E731
+    if last_result is not None:
+        journal.execution_finish(**last_result, then=keep)
+    else:
+        keep()
     return answer
 
 
@@ -204,14 +251,17 @@ def _halted_message_index(run: Run) -> int:
 
 
 def _run_executor(
-    run: Run, agent: agents.Agent, call: RequestCall, message_index: int
-) -> tuple[str, bool]:
+    run: Run, agent: agents.Agent, call: RequestCall, message_index: int, *, defer_finish: bool
+) -> tuple[str, bool, dict[str, Any] | None]:
+    """Run an approved relay call's executor once (the journal remembers it): its output,
+    whether it is an error, and, with `defer_finish`, the journal entry still to finish
+    (None when nothing is left to write)."""
     executor = agent.executor_for(call.tool_name)
     args = call.edited_input if call.edited_input is not None else call.input
     if executor is None:
         output = f"no executor is registered for {call.tool_name}"
         store.request_call_store_output(call_pk=call.pk, output=output, is_error=True)
-        return output, True
+        return output, True, None
     earlier = journal.execution_begin(
         run_id=run.pk,
         message_index=message_index,
@@ -222,7 +272,7 @@ def _run_executor(
     if earlier is not None:
         output, is_error = _remembered(earlier)
         store.request_call_store_output(call_pk=call.pk, output=output, is_error=is_error)
-        return output, is_error
+        return output, is_error, None
     try:
         out = executor(dict(args))
         if inspect.isawaitable(out):
@@ -232,15 +282,18 @@ def _run_executor(
         )
     except Exception as exc:
         output, is_error = f"{call.tool_name} failed: {type(exc).__name__}: {exc}", True
-    journal.execution_finish(
-        run_id=run.pk,
-        message_index=message_index,
-        call_id=call.call_id,
-        output=output,
-        is_error=is_error,
-        request_call_pk=call.pk,
-    )
-    return output, is_error
+    finish = {
+        "run_id": run.pk,
+        "message_index": message_index,
+        "call_id": call.call_id,
+        "output": output,
+        "is_error": is_error,
+        "request_call_pk": call.pk,
+    }
+    if defer_finish:
+        return output, is_error, finish
+    journal.execution_finish(**finish)
+    return output, is_error, None
 
 
 async def _await(awaitable: Any) -> Any:
@@ -253,9 +306,15 @@ def _remembered(execution: ToolExecution) -> tuple[str, bool]:
     return execution.output, execution.is_error
 
 
-def _journaled(tool: Tool, run_id: int, journal_name: str | None = None) -> Tool:
+def _begin_execution(step: _Step, **entry: Any) -> ToolExecution | None:
+    """Before a tool runs: the transcript that called it, then its journal entry."""
+    step.store_unsaved()
+    return journal.execution_begin(**entry)
+
+
+def _journaled(tool: Tool, step: _Step, journal_name: str | None = None) -> Tool:
     """Wrap a tool so each real execution is recorded by call id before and after it runs
-    (under `journal_name`, default the tool's name).
+    (under `journal_name`, default the tool's name), the transcript stored before it runs.
 
     Sync tool functions run in the worker's own thread (Django's ORM is sync-only), async
     ones on the engine's loop.
@@ -271,8 +330,9 @@ def _journaled(tool: Tool, run_id: int, journal_name: str | None = None) -> Tool
         call_id, index = ctx.call_id, ctx.message_index
         if not call_id or index is None:
             return await _invoke(args, ctx)
-        earlier = await sync_to_async(journal.execution_begin)(
-            run_id=run_id,
+        earlier = await sync_to_async(_begin_execution)(
+            step,
+            run_id=step.run_id,
             message_index=index,
             call_id=call_id,
             tool_name=journal_name or tool.name,
@@ -289,11 +349,11 @@ def _journaled(tool: Tool, run_id: int, journal_name: str | None = None) -> Tool
             )
         if pending_of(result) is not None:  # it suspended: nothing ran, nothing to remember
             await sync_to_async(journal.execution_discard)(
-                run_id=run_id, message_index=index, call_id=call_id
+                run_id=step.run_id, message_index=index, call_id=call_id
             )
         else:
             await sync_to_async(journal.execution_finish)(
-                run_id=run_id,
+                run_id=step.run_id,
                 message_index=index,
                 call_id=call_id,
                 output=result.output,
@@ -312,10 +372,10 @@ def _journaled(tool: Tool, run_id: int, journal_name: str | None = None) -> Tool
     return Tool(tool.name, tool.description, tool.input_schema, tool.source, execute)
 
 
-def _prepare_tools(agent: agents.Agent, run_id: int) -> list[Tool]:
+def _prepare_tools(agent: agents.Agent, step: _Step) -> list[Tool]:
     # Relay tools and builtins only suspend or echo answers: nothing to journal.
     return [
-        t if t.source in ("relay", "builtin") or t.execute is None else _journaled(t, run_id)
+        t if t.source in ("relay", "builtin") or t.execute is None else _journaled(t, step)
         for t in agent.build_tools()
     ]
 
@@ -336,14 +396,14 @@ def _mcp_origins(toolkit: Any) -> dict[str, str]:
 _SAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-async def _open_toolkit(agent: agents.Agent, run_id: int, servers: list[McpServer]) -> Any:
+async def _open_toolkit(agent: agents.Agent, step: _Step, servers: list[McpServer]) -> Any:
     """The step's toolkit: the agent's tools and its MCP servers' (started now), each real
     execution journaled. A server that does not start never fails the step: its tools are
     left out and a call to one of them (a halted call resumed) is a tool error naming the
     server and why, which the model reads (every server is opened as not `required`)."""
     toolkit = await create_toolkit(
         builtins=False,
-        extra_tools=_prepare_tools(agent, run_id),
+        extra_tools=_prepare_tools(agent, step),
         mcp_servers=[dataclasses.replace(s, required=False) for s in servers] or None,
     )
     if not servers:
@@ -354,7 +414,7 @@ async def _open_toolkit(agent: agents.Agent, run_id: int, servers: list[McpServe
             *(
                 _journaled(
                     t,
-                    run_id,
+                    step,
                     agents.mcp_tool_label(origins[t.name], t.name) if t.name in origins else None,
                 )
                 for t in toolkit.tools()
@@ -370,40 +430,21 @@ async def _open_toolkit(agent: agents.Agent, run_id: int, servers: list[McpServe
 async def _drive(
     run: Run,
     agent: agents.Agent,
-    worker_id: str,
+    step: _Step,
     request: ApprovalRequest | None,
     answer: Answer | None,
     servers: list[McpServer] | None = None,
-    applied: dict[str, int | None] | None = None,
 ) -> RunResult:
-    if applied is None:
-        applied = {"pk": request.pk if request is not None else None}
-    dialect: list[Any] = [None]  # the client's, once it is open
-
     async def checkpoint(info: dict[str, Any]) -> None:
-        messages = info["messages"]
-        if (
-            "response" in info
-            and dialect[0] is not None
-            and dialect[0].is_final_reply(messages[-1] if messages else None)
-        ):
-            # A final reply (after_llm, no tool calls): the run ends now, with nothing run in
-            # between; the outcome stores this transcript in its own transaction.
-            return
-        await sync_to_async(store.run_checkpoint)(
-            run_id=run.pk,
-            worker_id=worker_id,
-            messages=messages,
-            applied_request_pk=applied["pk"],
-        )
-        applied["pk"] = None  # committed with this checkpoint: later ones need not repeat it
+        # After each model reply and each turn: the newest transcript, stored before a tool
+        # runs or with the step's end (see _Step), never for a reply or turn on its own.
+        step.unsaved = list(info["messages"])
 
-    toolkit = await _open_toolkit(agent, run.pk, servers or [])
+    toolkit = await _open_toolkit(agent, step, servers or [])
     # In a worker, the agent's client (and its connections) is kept for the worker's loop and
     # reused run after run; each run gets its own copy with its system prompt and hooks.
     async with toolkit, clients.client_for_run(agent, run.system_prompt) as client:
         client.hooks = _with_checkpoints(client.hooks, checkpoint)
-        dialect[0] = getattr(client, "dialect", None)
         if request is not None and answer is not None:
             return await client.run_with_answer(toolkit, run.messages, request.to_engine(), answer)
         if run.messages:

@@ -17,6 +17,7 @@ from ..conf import app_settings
 from ..domain.exceptions import LeaseLost
 from ..domain.records import append_event, create_request, set_run_status
 from ..models import ApprovalRequest, RequestCall, Run
+from . import taskrow
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +111,25 @@ def run_checkpoint(
             _mark_applied(applied_request_pk)
 
 
-# What storing an outcome reads of the run row (the transcript is replaced, not read; the
-# prompt and the rest stay as they are), and writes.
+# What storing an outcome writes on the run row, and reads of it: the transcript is
+# replaced, not read; a new request's search text takes in the prompt, and its live push
+# names who started the run.
+_RESULT_WRITE = (
+    "messages",
+    "status",
+    "turns",
+    "usage",
+    "text",
+    "worker_id",
+    "lease_expires_at",
+    "finished_at",
+    "version",
+    "updated_at",
+)
 _RESULT_READ = (
     "agent",
+    "prompt",
+    "started_by",
     "turns",
     "usage",
     "text",
@@ -143,9 +159,9 @@ def run_store_result(
         run.lease_expires_at = None
         if applied_request_pk is not None:
             _mark_applied(applied_request_pk)
-        request_pk = None
+        request_pk, new_request = None, None
         if result.status == "pending" and result.pending is not None:
-            row = create_request(run, result.pending)
+            row = new_request = create_request(run, result.pending)
             request_pk = row.pk
             set_run_status(
                 run,
@@ -161,8 +177,12 @@ def run_store_result(
         else:
             set_run_status(run, RunStatus.DONE, action="run_done", text=result.text[:500])
             run.finished_at = timezone.now()
-        run.save(update_fields=["messages", "status", *_RESULT_READ[1:]])
-        events.announce(run_id=run.pk, request_pk=request_pk, created=request_pk is not None)
+        run.save(update_fields=_RESULT_WRITE)
+        # The worker's task row ends with its run's outcome, not in a commit of its own.
+        taskrow.finish_with_outcome(run_id=run.pk, return_value=result.status)
+        events.announce(
+            run_id=run.pk, request_pk=request_pk, created=request_pk is not None, row=new_request
+        )
     return run
 
 
@@ -173,13 +193,26 @@ def _mark_applied(request_pk: int) -> None:
     )
 
 
-def run_fail(*, run_id: int, worker_id: str, error: str) -> None:
+def run_fail(
+    *,
+    run_id: int,
+    worker_id: str,
+    error: str,
+    messages: list[dict[str, Any]] | None = None,
+    applied_request_pk: int | None = None,
+) -> None:
+    """The step failed: `messages`, the transcript it got to if newer than the stored one
+    (with the decision `applied_request_pk` applied to it)."""
     with transaction.atomic():
         try:
             run = locked_own_run(run_id, worker_id)
         except LeaseLost:
             log.warning("run %s failed in a worker that no longer holds it: %s", run_id, error)
             return
+        if messages is not None:
+            run.messages = messages
+            if applied_request_pk is not None:
+                _mark_applied(applied_request_pk)
         run.error = error[:5000]
         run.worker_id = ""
         run.lease_expires_at = None

@@ -51,7 +51,7 @@ from django_tasks_db.management.commands.db_worker import Worker as StockWorker
 from django_tasks_db.models import DBTaskResult
 
 from ..conf import app_settings
-from . import clients, recovery, store
+from . import clients, recovery, store, taskrow
 from .identity import lease_owner, set_current_worker_id
 
 log = logging.getLogger(__name__)
@@ -281,7 +281,8 @@ class Worker(StockWorker):
     def run_task(self, db_task_result: DBTaskResult) -> None:
         set_current_worker_id(lease_owner(self.worker_id))
         try:
-            super().run_task(db_task_result)
+            with taskrow.running(db_task_result):  # the run's outcome may finish the row
+                super().run_task(db_task_result)
         finally:
             self.ran += 1
         if not self.exit_when_idle:

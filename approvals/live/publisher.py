@@ -85,26 +85,30 @@ def run_message(run_id: int, *, change: str) -> dict[str, Any]:
 
 
 def messages_for(
-    *, run_id: int, request_pk: int | None, created: bool, decided: ApprovalRequest | None
+    *, run_id: int, request_pk: int | None, created: bool, row: ApprovalRequest | None
 ) -> list[tuple[str, dict[str, Any]]]:
+    """`row`: the request as the write left it in memory (its decider and, for a pending
+    one, its run at hand), or None to read it."""
     change = uuid.uuid4().hex
     out: list[tuple[str, dict[str, Any]]] = []
     if request_pk is not None:
-        row = decided
         if row is None:
             row = ApprovalRequest.objects.select_related("decided_by").filter(pk=request_pk).first()
         if row is not None:
             starter = None
             if row.state == ApprovalRequest.State.PENDING:
-                starter = (
-                    Run.objects.filter(pk=row.run_id)
-                    .values_list("started_by_id", flat=True)
-                    .first()
-                )
+                starter = _starter_of(row)
             message = request_message(row, created=created, change=change, started_by_id=starter)
             out.append((INBOX_GROUP, message))
     out.append((run_group(run_id), run_message(run_id, change=change)))
     return out
+
+
+def _starter_of(row: ApprovalRequest) -> Any:
+    """Who started the request's run: from the run in memory when the write loaded it."""
+    if ApprovalRequest.run.is_cached(row) and "started_by_id" not in row.run.get_deferred_fields():
+        return row.run.started_by_id
+    return Run.objects.filter(pk=row.run_id).values_list("started_by_id", flat=True).first()
 
 
 def send(messages: list[tuple[str, dict[str, Any]]]) -> None:
@@ -129,10 +133,10 @@ def notify_user(user_id: int, message: dict[str, Any]) -> None:
 
 
 def _on_change(
-    sender, *, run_id: int, request_pk: int | None, created: bool, decided: Any, **signal: Any
+    sender, *, run_id: int, request_pk: int | None, created: bool, row: Any, **signal: Any
 ) -> None:
     try:
-        send(messages_for(run_id=run_id, request_pk=request_pk, created=created, decided=decided))
+        send(messages_for(run_id=run_id, request_pk=request_pk, created=created, row=row))
     except Exception:
         log.exception("live push for run %s (request %s) failed", run_id, request_pk)
 

@@ -30,11 +30,11 @@ def test_a_decisions_push_is_built_from_the_row_in_memory_and_carries_no_html():
     row = services.request_decline(request_id=request_id, user=user, reason="over the limit")
     with CaptureQueriesContext(connection) as ctx:
         from_memory = publisher.messages_for(
-            run_id=run.pk, request_pk=row.pk, created=False, decided=row
+            run_id=run.pk, request_pk=row.pk, created=False, row=row
         )
     assert _statements(ctx) == []
     from_database = publisher.messages_for(
-        run_id=run.pk, request_pk=row.pk, created=False, decided=None
+        run_id=run.pk, request_pk=row.pk, created=False, row=None
     )
 
     def without_change(messages):

@@ -331,6 +331,34 @@ def _kill_once(monkeypatch, name: str, *, when=lambda: True) -> list[bool]:
     return killed
 
 
+def _kill_model_once(agent: str, generate, *, when) -> list[bool]:
+    """Re-register `agent` with a model that "kills" the worker the first time `when()`
+    holds while the model is being called."""
+    killed: list[bool] = []
+
+    def dying(request):
+        if not killed and when():
+            killed.append(True)
+            raise WorkerKilled("model call")
+        return generate(request)
+
+    agent_def = agents.get(agent)
+    agents.register(
+        agent,
+        model=lambda: create_in_process_client(generate=dying),
+        tools=agent_def.tools,
+        executors=agent_def.executors,
+        replace=True,
+    )
+    return killed
+
+
+def _kill_at(monkeypatch, step: str, agent: str, generate, *, when) -> list[bool]:
+    if step == "model call":
+        return _kill_model_once(agent, generate, when=when)
+    return _kill_once(monkeypatch, step, when=when)
+
+
 def _drain_and_die() -> None:
     """drain() while the worker "dies": WorkerKilled escapes the run's code, and the stock
     worker records it on the task row (as it does any exception) and carries on."""
@@ -346,9 +374,11 @@ def _recover(run: Run) -> None:
     drain()
 
 
-@pytest.mark.parametrize("step", ["run_checkpoint", "run_store_result"])
+@pytest.mark.parametrize("step", ["model call", "run_store_result"])
 def test_killed_after_a_native_tool_ran_it_is_not_run_again(crash_agent, monkeypatch, step):
-    killed = _kill_once(monkeypatch, step, when=lambda: len(TOOL_RUNS) > 0)
+    killed = _kill_at(
+        monkeypatch, step, "crashy", _crash_agent_model, when=lambda: len(TOOL_RUNS) > 0
+    )
     run = services.run_start(agent="crashy", prompt="count once", started_by=make_user())
     _drain_and_die()
     assert killed and len(TOOL_RUNS) == 1
@@ -403,7 +433,7 @@ def test_killed_after_an_approved_gated_tool_ran_it_is_not_run_again(crash_agent
     assert request.kind == "approval" and TOOL_RUNS == []
     services.request_approve(request_id=request.request_id, user=user)
 
-    _kill_once(monkeypatch, "run_checkpoint", when=lambda: len(TOOL_RUNS) > 0)
+    _kill_model_once("crashy", gated_model, when=lambda: len(TOOL_RUNS) > 0)
     _drain_and_die()
     assert len(TOOL_RUNS) == 1
     _recover(run)
@@ -490,7 +520,7 @@ def relay_agent():
 
 
 @pytest.mark.parametrize(
-    "step", ["execution_finish", "request_store_answer", "run_checkpoint", "run_store_result"]
+    "step", ["execution_finish", "request_store_answer", "model call", "run_store_result"]
 )
 def test_killed_after_a_relay_executor_ran_recovery_does_not_run_it_again(
     relay_agent, monkeypatch, step
@@ -499,7 +529,7 @@ def test_killed_after_a_relay_executor_ran_recovery_does_not_run_it_again(
     run = start_and_halt(agent="relayer", prompt="Refund A-4004 $44", user=user)
     request = run.requests.get()
     services.request_approve(request_id=request.request_id, user=user)
-    _kill_once(monkeypatch, step, when=lambda: len(EXECUTOR_RUNS) > 0)
+    _kill_at(monkeypatch, step, "relayer", demo_generate, when=lambda: len(EXECUTOR_RUNS) > 0)
     _drain_and_die()
     assert EXECUTOR_RUNS == [{"order": "A-4004", "amount": 44}]
 
@@ -509,7 +539,9 @@ def test_killed_after_a_relay_executor_ran_recovery_does_not_run_it_again(
     assert len(EXECUTOR_RUNS) == 1
     assert ToolExecution.objects.filter(run=run, call_id="call_refund").count() == 1
     output = tool_output(run, "call_refund")
-    if step == "execution_finish":
+    if step in ("execution_finish", "request_store_answer"):
+        # The executor's result and the answer built from it commit together: killed before
+        # that commit, the call ran but its outcome is unknown (never run again).
         assert "outcome is unknown" in output
     else:
         assert output == "paid 44"
@@ -552,6 +584,37 @@ def test_drain_marks_task_rows_finished():
     assert task.status == "SUCCESSFUL"
     assert task.return_value == "pending"
     assert drain() == 0
+
+
+def test_a_steps_outcome_finishes_its_task_row_in_the_same_commit(monkeypatch):
+    """The worker's task row ends with the run's outcome: no commit of its own after it, so a
+    worker killed after the outcome's commit cannot leave the row "running"."""
+    stock_finishes: list[object] = []
+    monkeypatch.setattr(DBTaskResult, "set_successful", lambda row, rv: stock_finishes.append(rv))
+    finished: list[tuple[str, object]] = []
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append((task_result.status, task_result.return_value))
+
+    task_finished.connect(on_finished)
+    try:
+        run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+        assert drain() == 1
+    finally:
+        task_finished.disconnect(on_finished)
+    (task,) = tasks_for(run)
+    assert (task.status, task.return_value) == ("SUCCESSFUL", "pending")
+    assert task.finished_at is not None and fresh(run).status == "pending"
+    assert stock_finishes == []  # the stock finish had nothing left to write
+    assert finished == [("SUCCESSFUL", "pending")]  # its signal still says how it ended
+
+
+def test_a_step_that_ends_without_an_outcome_keeps_the_stock_finish():
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    store.run_claim(run_id=run.pk, worker_id="someone-else")  # held elsewhere: skipped
+    assert drain() == 1
+    (task,) = tasks_for(run)
+    assert (task.status, task.return_value) == ("SUCCESSFUL", "skipped")
 
 
 # -- the stock worker, one event loop, one model client ------------------------------------------
@@ -782,17 +845,17 @@ def test_a_long_worker_id_still_holds_its_runs():
     worker = Worker(maintenance_every=0, worker_id="w" * 64)
     run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
     held: list[str] = []
-    real = store.run_checkpoint
+    real = store.run_store_result
 
     def spy(**kwargs):
         held.append(kwargs["worker_id"])
         return real(**kwargs)
 
-    store.run_checkpoint = spy
+    store.run_store_result = spy
     try:
         assert worker.drain() == 1
     finally:
-        store.run_checkpoint = real
+        store.run_store_result = real
     assert fresh(run).status == "pending"
     assert held and all(len(h) <= 64 and h.startswith("w" * 51 + ":") for h in held)
 
