@@ -17,6 +17,19 @@ def pytest_configure(config):
     # Tests never reach a real model: no key from the developer's shell may leak in.
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"):
         os.environ.pop(key, None)
+    _no_connection_pool_in_this_process()
+
+
+def _no_connection_pool_in_this_process():
+    """The app's own processes pool PostgreSQL connections by default; this one does not.
+    channels' test communicator patches `close_old_connections` out (so that a TestCase's
+    transaction survives a consumer), which keeps every consumer thread's connection checked
+    out: a pool of 10 runs dry after a few dozen socket tests. The servers and workers the
+    fault and browser suites start run with the default, the pool on."""
+    from django.conf import settings
+
+    if settings.configured:
+        settings.DATABASES["default"].get("OPTIONS", {}).pop("pool", None)
 
 
 @pytest.fixture

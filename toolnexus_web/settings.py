@@ -201,8 +201,10 @@ TEMPLATES = [
 DATABASE_URL = env("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    # psycopg's pool is on by default: a connection per request costs a TCP and auth
+    # handshake each time (the decision path's benches measure it); DATABASE_POOL=0 opts out.
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
-        "DATABASE_POOL", False
+        "DATABASE_POOL", True
     ):
         DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

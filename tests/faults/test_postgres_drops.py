@@ -148,7 +148,9 @@ def _check_all_or_nothing(
 
 @pytest.mark.parametrize("pooled", [False, True], ids=["no-pool", "pool"])
 def test_dropped_connections_never_leave_a_half_written_decision(stack, pooled):
-    pool_env = {"DATABASE_POOL": "1", "DATABASE_POOL_SIZE": "4"} if pooled else {}
+    pool_env = (
+        {"DATABASE_POOL": "1", "DATABASE_POOL_SIZE": "4"} if pooled else {"DATABASE_POOL": "0"}
+    )
     servers = stack.servers(2, TOOLNEXUS_FAULTS_SLOW_SECONDS=SLOW_SECONDS, **pool_env)
     worker = stack.worker()
     tag = f"tpl{secrets.token_hex(4)}"
