@@ -14,10 +14,13 @@ from django.test import Client
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
-from approvals import services
-from approvals.models import Run
+from approvals import selectors, services
+from approvals.models import ApprovalRequest, Event, Run
+from approvals.selectors import InboxQuery
 from approvals.testing import drain, make_user, start_and_halt  # noqa: F401  (re-exported)
 from toolnexus import create_client
+
+REFUND_PROMPT = "Refund order A-1001, $120"
 
 
 def fresh(run: Run) -> Run:
@@ -41,9 +44,84 @@ def tasks_for(run: Run) -> list[DBTaskResult]:
     return [t for t in DBTaskResult.objects.all() if t.args_kwargs.get("args") == [run.pk]]
 
 
+def run_actions(run) -> list[str]:
+    """The audit events of `run`, oldest first, by action."""
+    return list(Event.objects.filter(run=run).order_by("id").values_list("action", flat=True))
+
+
 def lapse_lease(run: Run) -> None:
     """Pretend the worker holding `run` died long ago (test-only direct update)."""
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+
+
+# -- triage inbox: requests made directly, reads, claims -------------------------------------
+
+_ids = iter(range(1, 1_000_000))
+
+
+def make_request(
+    *,
+    prompt: str = "Refund order A-1",
+    agent: str = "demo",
+    kind: str = "tool_call",
+    tool: str = "refund",
+    arguments: str | None = None,
+    input: dict | None = None,
+    expires_in: timedelta | None = None,
+    age: timedelta = timedelta(0),
+    run_prompt: str = "",
+) -> ApprovalRequest:
+    """A pending request made directly (no model turn), `age` old, with one call."""
+    n = next(_ids)
+    input = input if input is not None else {"order": f"A-{n}", "amount": 5}
+    run = Run.objects.create(agent=agent, prompt=run_prompt or prompt, status="pending")
+    if kind == "tool_call":
+        data = {
+            "calls": [{"id": f"c{n}", "name": tool, "input": input, "arguments": arguments or ""}]
+        }
+    elif kind == "approval":
+        data = {"callId": f"c{n}", "tool": tool, "input": input, "arguments": arguments or ""}
+    else:
+        data = None
+    row = ApprovalRequest.objects.create(
+        run=run,
+        agent=agent,
+        request_id=f"req-{n}",
+        kind=kind,
+        prompt=prompt,
+        data=data,
+        expires_at=timezone.now() + expires_in if expires_in is not None else None,
+    )
+    if data is not None:
+        row.calls.create(position=0, call_id=f"c{n}", tool_name=tool, input=input)
+    if age:
+        ApprovalRequest.objects.filter(pk=row.pk).update(created_at=timezone.now() - age)
+        row.refresh_from_db()
+    return row
+
+
+def halted_request(prompt: str, starter) -> ApprovalRequest:
+    """The pending request of a demo run started by `starter` with `prompt`."""
+    return start_and_halt(prompt=prompt, user=starter).requests.get()
+
+
+def ids(rows) -> list[str]:
+    return [r.request_id for r in rows]
+
+
+def inbox(user, **query) -> list[str]:
+    return ids(selectors.inbox_requests(InboxQuery(**query), user_id=user.pk))
+
+
+def counts(user, **query) -> dict[str, int]:
+    return selectors.inbox_counts(InboxQuery(**query), user_id=user.pk)
+
+
+def claim(row: ApprovalRequest, user, *, minutes_ago: float = 0) -> None:
+    """Test-only: put a claim on the row directly, `minutes_ago` old."""
+    ApprovalRequest.objects.filter(pk=row.pk).update(
+        claimed_by=user, claimed_at=timezone.now() - timedelta(minutes=minutes_ago)
+    )
 
 
 # -- HTTP ----------------------------------------------------------------------------------

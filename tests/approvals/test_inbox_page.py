@@ -17,8 +17,7 @@ from approvals import services
 from approvals.models import ApprovalRequest, Run
 from approvals.presenters.cards import request_row, row_summary
 
-from .factories import drain, make_user, session_client, start_and_halt
-from .test_triage import make_request
+from .factories import drain, make_request, make_user, session_client, start_and_halt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

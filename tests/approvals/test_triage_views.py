@@ -14,8 +14,7 @@ from approvals.models import ApprovalRequest, Event, RequestHide
 from approvals.presenters.pages import bulk_all_label
 from approvals.web.triage import MAX_BULK, snooze_until
 
-from .factories import make_user, session_client, start_and_halt
-from .test_triage import make_request
+from .factories import make_request, make_user, session_client, start_and_halt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

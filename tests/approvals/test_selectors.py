@@ -1,0 +1,317 @@
+"""approvals.selectors, the triage inbox's reads (issue 14): InboxQuery, search, filters,
+active claims, sorts, counts, and a query count that does not grow with rows."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from approvals import selectors, services
+from approvals.models import ApprovalRequest
+from approvals.selectors import InboxQuery
+
+from .factories import claim, counts, ids, inbox, make_request, make_user
+
+pytestmark = pytest.mark.django_db
+
+
+# -- InboxQuery -------------------------------------------------------------------------
+
+
+def test_query_from_params_is_tolerant_and_as_params_gives_only_non_defaults():
+    assert InboxQuery.from_params({}) == InboxQuery()
+    assert InboxQuery().as_params() == {}
+    bad = InboxQuery.from_params(
+        {"state": "nope", "claim": "theirs", "hidden": "all", "sort": "random", "overdue": "x"}
+    )
+    assert bad == InboxQuery()
+    query = InboxQuery.from_params(
+        {
+            "state": "all",
+            "agent": "demo\x00",
+            "kind": "approval",
+            "q": "  Refund   A-1 ",
+            "claim": "mine",
+            "overdue": "1",
+            "hidden": "only",
+            "sort": "deadline",
+        }
+    )
+    assert query == InboxQuery(
+        state="all",
+        agent="demo",
+        kind="approval",
+        q="Refund A-1",
+        claim="mine",
+        overdue=True,
+        hidden="only",
+        sort="deadline",
+    )
+    assert query.as_params() == {
+        "state": "all",
+        "agent": "demo",
+        "kind": "approval",
+        "q": "Refund A-1",
+        "claim": "mine",
+        "hidden": "only",
+        "sort": "deadline",
+        "overdue": "1",
+    }
+    assert InboxQuery.from_params(query.as_params()) == query
+    assert len(InboxQuery.from_params({"q": "x" * 5000}).q) == selectors.MAX_SEARCH_CHARS
+
+
+def test_query_from_a_querydict_takes_the_last_value():
+    from django.http import QueryDict
+
+    query = InboxQuery.from_params(QueryDict("sort=oldest&sort=deadline&state=declined"))
+    assert (query.sort, query.state) == ("deadline", "declined")
+
+
+# -- search -----------------------------------------------------------------------------
+
+
+def test_search_is_a_case_insensitive_substring_of_prompt_agent_tool_and_arguments(
+    second_demo_agent,
+):
+    user = make_user()
+    by_prompt = make_request(prompt="Refund the DOUBLE charge")
+    by_run_prompt = make_request(prompt="relay tool call", run_prompt="Customer Zanzibar")
+    by_agent = make_request(agent="demo2")
+    by_tool = make_request(tool="send_email")
+    by_input = make_request(input={"to": "Ops@Example.com"})
+    by_raw_arguments = make_request(arguments='{"account": "ACCT-77"}')
+    by_approval_tool = make_request(kind="approval", tool="delete_account", input={"id": 3})
+    question = make_request(kind="question", prompt="Which plan? Basic or PRO")
+
+    assert inbox(user, q="double charge") == [by_prompt.request_id]
+    assert inbox(user, q="zanzibar") == [by_run_prompt.request_id]
+    assert inbox(user, q="DEMO2") == [by_agent.request_id]
+    assert inbox(user, q="Send_Email") == [by_tool.request_id]
+    assert inbox(user, q="ops@example") == [by_input.request_id]
+    assert inbox(user, q="acct-77") == [by_raw_arguments.request_id]
+    assert inbox(user, q="delete_acc") == [by_approval_tool.request_id]
+    assert inbox(user, q="or pro") == [question.request_id]
+    assert inbox(user, q="no such words") == []
+    # LIKE's wildcards are plain characters in a search
+    assert inbox(user, q="%") == [] and inbox(user, q="_") != ids(ApprovalRequest.objects.all())
+
+
+# -- filters ----------------------------------------------------------------------------
+
+
+def test_state_agent_and_kind_filters(second_demo_agent):
+    user = make_user()
+    a = make_request()
+    b = make_request(agent="demo2", kind="approval", tool="delete_account")
+    c = make_request(kind="question")
+    ApprovalRequest.objects.filter(pk=c.pk).update(state="declined", decided_at=timezone.now())
+    assert set(inbox(user)) == {a.request_id, b.request_id}
+    assert inbox(user, state="declined") == [c.request_id]
+    assert set(inbox(user, state="all")) == {a.request_id, b.request_id, c.request_id}
+    assert inbox(user, agent="demo2") == [b.request_id]
+    assert inbox(user, kind="approval") == [b.request_id]
+    assert inbox(user, state="all", kind="question") == [c.request_id]
+
+
+def test_hidden_agents_are_left_out_of_rows_counts_and_ids(second_demo_agent):
+    user = make_user()
+    visible = make_request(agent="demo")
+    make_request(agent="demo2")
+    query = InboxQuery()
+    rows = selectors.inbox_requests(query, user_id=user.pk, hidden_agents={"demo2"})
+    assert ids(rows) == [visible.request_id]
+    assert selectors.inbox_counts(query, user_id=user.pk, hidden_agents={"demo2"})["matching"] == 1
+    assert selectors.request_ids_matching(query, user_id=user.pk, hidden_agents={"demo2"}) == [
+        visible.request_id
+    ]
+
+
+def test_overdue_filter_is_pending_past_expiry():
+    user = make_user()
+    late = make_request(expires_in=timedelta(minutes=-5))
+    make_request(expires_in=timedelta(minutes=5))
+    make_request()
+    decided_late = make_request(expires_in=timedelta(minutes=-5))
+    ApprovalRequest.objects.filter(pk=decided_late.pk).update(
+        state="expired", decided_at=timezone.now()
+    )
+    assert inbox(user, overdue=True) == [late.request_id]
+    assert inbox(user, state="all", overdue=True) == [late.request_id]
+
+
+def test_claim_filters_count_only_active_claims(settings):
+    settings.TOOLNEXUS_CLAIM_MINUTES = 30
+    me, other = make_user(), make_user()
+    mine = make_request()
+    theirs = make_request()
+    lapsed = make_request()
+    free = make_request()
+    claim(mine, me)
+    claim(theirs, other)
+    claim(lapsed, me, minutes_ago=31)
+    assert inbox(me, claim="mine") == [mine.request_id]
+    assert set(inbox(me, claim="unclaimed")) == {lapsed.request_id, free.request_id}
+    assert inbox(other, claim="mine") == [theirs.request_id]
+    settings.TOOLNEXUS_CLAIM_MINUTES = 0  # claims never lapse
+    assert set(inbox(me, claim="mine")) == {mine.request_id, lapsed.request_id}
+    assert inbox(me, claim="unclaimed") == [free.request_id]
+
+
+def test_a_decided_request_keeps_its_claim_fields_but_has_no_active_claim():
+    me = make_user()
+    row = make_request()
+    claim(row, me)
+    ApprovalRequest.objects.filter(pk=row.pk).update(state="declined", decided_at=timezone.now())
+    row = selectors.inbox_requests(InboxQuery(state="all"), user_id=me.pk).get()
+    assert row.claimed_by == me and row.claimed_at is not None
+    assert selectors.active_claim(row) is None
+    assert inbox(me, state="all", claim="mine") == []
+    assert inbox(me, state="all", claim="unclaimed") == [row.request_id]
+
+
+def test_active_claim_reads_no_query_and_lapses(settings, django_assert_num_queries):
+    settings.TOOLNEXUS_CLAIM_MINUTES = 30
+    me = make_user(username="claimer")
+    row = make_request()
+    claim(row, me, minutes_ago=10)
+    (row,) = selectors.inbox_requests(InboxQuery(), user_id=me.pk)
+    with django_assert_num_queries(0):
+        assert selectors.active_claim(row).get_username() == "claimer"
+        later = timezone.now() + timedelta(minutes=21)
+        assert selectors.active_claim(row, now=later) is None
+    assert selectors.claim_view(row) == {"by": "claimer", "at": row.claimed_at}
+
+
+# -- sorts ------------------------------------------------------------------------------
+
+
+def test_sorts_newest_oldest_and_deadline_with_no_deadline_last():
+    user = make_user()
+    old_no_deadline = make_request(age=timedelta(hours=3))
+    mid_late_deadline = make_request(age=timedelta(hours=2), expires_in=timedelta(hours=5))
+    new_soon_deadline = make_request(age=timedelta(hours=1), expires_in=timedelta(minutes=10))
+    newest_no_deadline = make_request()
+    assert inbox(user) == ids(
+        [newest_no_deadline, new_soon_deadline, mid_late_deadline, old_no_deadline]
+    )
+    assert inbox(user, sort="oldest") == ids(
+        [old_no_deadline, mid_late_deadline, new_soon_deadline, newest_no_deadline]
+    )
+    assert inbox(user, sort="deadline") == ids(
+        [new_soon_deadline, mid_late_deadline, newest_no_deadline, old_no_deadline]
+    )
+    assert selectors.request_ids_matching(
+        InboxQuery(sort="deadline"), user_id=user.pk, limit=3
+    ) == ids([new_soon_deadline, mid_late_deadline, newest_no_deadline])
+
+
+# -- counts -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [1000, 4])  # the scope (5) counted in one pass, or capped
+def test_counts_give_each_chip_with_the_other_filters(settings, cap):
+    settings.TOOLNEXUS_CLAIM_MINUTES = 30
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = cap
+    me, other = make_user(), make_user()
+    mine_late = make_request(prompt="refund late", expires_in=timedelta(minutes=-1))
+    theirs = make_request(prompt="refund theirs")
+    make_request(prompt="refund free", expires_in=timedelta(minutes=-1))
+    hidden_mine = make_request(prompt="refund hidden")
+    make_request(prompt="question nobody", kind="question")
+    claim(mine_late, me)
+    claim(theirs, other)
+    claim(hidden_mine, me)
+    services.request_hide(request_id=hidden_mine.request_id, user=me)
+
+    assert counts(me) == {
+        "matching": 4,
+        "mine": 1,
+        "unclaimed": 2,
+        "overdue": 2,
+        "hidden": 1,
+        "waiting": 4,  # the title's: pending less what I hid, whatever the filters
+    }
+    assert counts(me, q="refund") == {
+        "matching": 3,
+        "mine": 1,
+        "unclaimed": 1,
+        "overdue": 2,
+        "hidden": 1,
+        "waiting": 4,
+    }
+    # with claim=mine on: matching is mine; the overdue and hidden chips keep claim=mine
+    assert counts(me, claim="mine") == {
+        "matching": 1,
+        "mine": 1,
+        "unclaimed": 2,
+        "overdue": 1,
+        "hidden": 1,
+        "waiting": 4,
+    }
+    assert counts(me, overdue=True) == {
+        "matching": 2,
+        "mine": 1,
+        "unclaimed": 1,
+        "overdue": 2,
+        "hidden": 0,
+        "waiting": 4,
+    }
+    assert counts(me, hidden="only") == {
+        "matching": 1,
+        "mine": 1,
+        "unclaimed": 0,
+        "overdue": 0,
+        "hidden": 1,
+        "waiting": 4,
+    }
+    assert counts(other)["hidden"] == 0 and counts(other)["matching"] == 5
+    assert counts(other, q="refund")["waiting"] == 5
+    # each count is what the list with that chip on holds
+    assert counts(me, claim="mine")["matching"] == len(inbox(me, claim="mine"))
+    assert counts(me, q="refund")["matching"] == len(inbox(me, q="refund"))
+
+
+def test_counting_stops_past_the_cap_and_reads_as_more_than_it():
+    me = make_user()
+    rows = [make_request(prompt=f"refund {i}") for i in range(5)]
+    for row in rows[:4]:
+        services.request_hide(request_id=row.request_id, user=me)
+    query = InboxQuery(q="refund")
+    capped = selectors.inbox_counts(query, user_id=me.pk, cap=2)
+    assert capped == {
+        "matching": 1,  # under the cap: exact
+        "mine": 0,
+        "unclaimed": 1,
+        "overdue": 0,
+        "hidden": 3,  # 4 hidden: counting stopped at cap + 1
+        "waiting": 1,
+    }
+    assert selectors.inbox_counts(query, user_id=me.pk)["hidden"] == 4  # the default cap
+    assert [selectors.count_label(n, cap=2) for n in (0, 2, 3)] == ["0", "2", "2+"]
+
+
+def test_query_counts_do_not_grow_with_rows(django_assert_num_queries):
+    user = make_user()
+    query = InboxQuery(q="refund", claim="unclaimed", sort="deadline")
+
+    def read() -> None:
+        rows = list(selectors.inbox_requests(query, user_id=user.pk)[:20])
+        for row in rows:
+            selectors.active_claim(row)
+            assert [c.tool_name for c in row.calls.all()] == ["refund"]
+            assert row.run.prompt
+        selectors.inbox_counts(query, user_id=user.pk)
+        selectors.request_ids_matching(query, user_id=user.pk)
+
+    for _ in range(2):
+        row = make_request(expires_in=timedelta(hours=1))
+        claim(row, make_user(), minutes_ago=60)  # lapsed: unclaimed, and joined
+    with django_assert_num_queries(5):  # rows, calls, counts (scope, then the rest), ids
+        read()
+    for _ in range(15):
+        make_request()
+    with django_assert_num_queries(5):
+        read()
