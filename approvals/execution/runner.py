@@ -45,7 +45,7 @@ from .. import agents, events
 from ..domain.exceptions import LeaseLost
 from ..domain.records import set_run_status
 from ..models import ApprovalRequest, RequestCall, Run, ToolExecution
-from . import clients, journal, store
+from . import clients, journal, store, taskrow
 from .identity import current_worker_id
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,30 @@ def enqueue(run: Run) -> None:
     execute_run.enqueue(run.pk)
 
 
+def _claim_step(run_id: int) -> tuple[str, tuple[Run, ApprovalRequest | None] | None]:
+    """Claim the run for a new execution of this worker: (its holder id, the run and the
+    decided request the step starts from, or None when the run is not ours to take)."""
+    worker_id = f"{current_worker_id()}:{uuid.uuid4().hex[:12]}"
+    return worker_id, store.run_claim_step(run_id=run_id, worker_id=worker_id)
+
+
+def _release_step(claimed: tuple[str, Any]) -> None:
+    """A claim whose task never started: stop renewing its lease; the run's lease lapses and
+    maintenance queues it again."""
+    worker_id, step = claimed
+    if step is not None:
+        store.forget_run(worker_id)
+
+
+# A worker claims the run in the same transaction as the task row (execution.taskrow).
+taskrow.claim_with_task(execute_run, claim=_claim_step, release=_release_step)
+
+
 def drive(run_id: int) -> str:
     """Claim and drive a run to its next stop (done, pending, incomplete or failed)."""
-    worker_id = f"{current_worker_id()}:{uuid.uuid4().hex[:12]}"
-    # One transaction: the claim, and the decided request the step starts from.
-    claimed = store.run_claim_step(run_id=run_id, worker_id=worker_id)
+    # One transaction: the claim, and the decided request the step starts from (in a
+    # worker, the transaction that claimed the task row).
+    worker_id, claimed = taskrow.claimed_with_task() or _claim_step(run_id)
     if claimed is None:
         return "skipped"  # already taken, finished or cancelled
     run, request = claimed

@@ -37,9 +37,10 @@ _CLAIM_FIELDS = ["status", "version", "worker_id", "lease_expires_at", "attempts
 def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest | None] | None:
     """Claim the run (as `run_claim`) and, in the same transaction, read the decided request
     whose answer is not yet in its transcript (with its calls), if any: one transaction for
-    what a step starts from. None when the run is not this worker's to take."""
+    what a step starts from. None when the run is not this worker's to take. Inside another
+    transaction (a worker's claim of the task row) it is part of that one: no savepoint."""
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None:
             return None

@@ -7,22 +7,105 @@ transaction finishes the row too: one commit fewer per step, and the run and its
 never disagree (a worker killed between the two commits used to leave the row "running").
 The stock finish then finds the row already finished and writes nothing. Any other ending
 (a failure, a requeue, a lost lease, a rolled-back outcome) keeps the stock finish.
+
+The other end works the same way: a task may start its work in the transaction that claims
+its row (`claim_with_task`): the runner claims the run there, so a step starts with one
+commit, not two, and a task row is never "running" for a run nobody holds.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
+log = logging.getLogger(__name__)
+
 _current = threading.local()
 _UNSET = object()
+
+
+# -- the claim ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Claimer:
+    claim: Callable[..., Any]  # (*task args) -> what the task starts from, in the claim's tx
+    release: Callable[[Any], None]  # what a claim left unused is handed back with
+
+
+# A registry (task path -> its claimer), filled at import by the modules defining the tasks.
+_claimers: dict[str, _Claimer] = {}
+
+
+def claim_with_task(
+    task: Any, *, claim: Callable[..., Any], release: Callable[[Any], None]
+) -> None:
+    """Let `claim(*args)` start `task`'s work inside the transaction in which a worker claims
+    one of its rows; the task takes the value with `claimed_with_task`. `release(value)`
+    hands back a value the task never took (it failed before it started)."""
+    _claimers[task.module_path] = _Claimer(claim, release)
+
+
+@contextmanager
+def claiming() -> Iterator[None]:
+    """Around the stock loop of a worker of ours: its claims in this thread may start work."""
+    before = getattr(_current, "claiming", False)
+    _current.claiming = True
+    try:
+        yield
+    finally:
+        _current.claiming = before
+
+
+@receiver(post_save, sender=DBTaskResult, dispatch_uid="approvals.execution.taskrow.claimed")
+def _on_claim(sender, instance: DBTaskResult, update_fields=None, **kwargs: Any) -> None:
+    # The stock claim saves status, started_at and worker_ids inside its claiming transaction.
+    if (
+        not getattr(_current, "claiming", False)
+        or instance.status != TaskResultStatus.RUNNING
+        or not update_fields
+        or "worker_ids" not in update_fields
+    ):
+        return
+    claimer = _claimers.get(instance.task_path)
+    if claimer is not None:
+        args = (instance.args_kwargs or {}).get("args") or []
+        _current.claimed = (instance.pk, claimer.claim(*args))
+
+
+def claimed_with_task() -> Any:
+    """What the claim of the task row running now started, taken once; None without one."""
+    current = getattr(_current, "task", None)
+    claimed = getattr(_current, "claimed", None)
+    if current is None or claimed is None or claimed[0] != current[0].pk:
+        return None
+    _current.claimed = None
+    return claimed[1]
+
+
+def _release_unused(row: DBTaskResult) -> None:
+    claimed = getattr(_current, "claimed", None)
+    _current.claimed = None
+    if claimed is None or claimed[0] != row.pk:
+        return
+    claimer = _claimers.get(row.task_path)
+    if claimer is not None and claimed[1] is not None:
+        log.warning("task %s ended before it took its claim: handing it back", row.pk)
+        claimer.release(claimed[1])
+
+
+# -- the finish -----------------------------------------------------------------------------
 
 
 @contextmanager
@@ -48,6 +131,7 @@ def running(row: DBTaskResult) -> Iterator[None]:
     finally:
         _current.task = None
         del row.set_successful
+        _release_unused(row)
 
 
 def finish_with_outcome(*, run_id: int, return_value: Any) -> None:

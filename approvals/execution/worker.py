@@ -244,7 +244,8 @@ class Worker(StockWorker):
         if self.exit_when_idle:
             try:
                 self._maintain(time.monotonic())
-                super().run()
+                with taskrow.claiming():
+                    super().run()
             finally:
                 connections.close_all()  # this thread's: it is done with the database
             return
@@ -260,7 +261,10 @@ class Worker(StockWorker):
                 self._maybe_maintain()
                 self._idle_wait.clear()  # before polling: a later enqueue ends the wait
                 try:
-                    with _quiet(_NOTHING_LEFT) if first else _quiet(_STARTING, _NOTHING_LEFT):
+                    with (
+                        _quiet(_NOTHING_LEFT) if first else _quiet(_STARTING, _NOTHING_LEFT),
+                        taskrow.claiming(),
+                    ):
                         super().run()
                 except Exception:
                     log.exception("worker %s could not claim a task", self.worker_id)
@@ -296,7 +300,7 @@ class Worker(StockWorker):
         self.max_tasks = before + max_tasks
         set_current_worker_id(lease_owner(self.worker_id))
         try:
-            with _quiet(_STARTING, _NOTHING_LEFT):
+            with _quiet(_STARTING, _NOTHING_LEFT), taskrow.claiming():
                 StockWorker.run(self)
         finally:
             self.max_tasks = limit

@@ -609,6 +609,27 @@ def test_a_steps_outcome_finishes_its_task_row_in_the_same_commit(monkeypatch):
     assert finished == [("SUCCESSFUL", "pending")]  # its signal still says how it ended
 
 
+def test_the_run_is_claimed_in_the_task_rows_claim_and_a_claim_never_taken_is_handed_back():
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+
+    def receiver_fails(sender, task_result, **kwargs):
+        raise RuntimeError("a task_started receiver failed")
+
+    task_started.connect(receiver_fails)
+    try:
+        assert drain() == 1
+    finally:
+        task_started.disconnect(receiver_fails)
+    (task,) = tasks_for(run)
+    assert task.status == "FAILED"  # the task never started
+    run = fresh(run)
+    # Claimed with the task row, before the task failed to start: held, but no longer renewed.
+    assert run.status == "running" and run.worker_id in store._forgotten
+    assert Event.objects.filter(run=run, action="run_claimed").count() == 1
+    _recover(run)
+    assert fresh(run).status == "pending"
+
+
 def test_a_step_that_ends_without_an_outcome_keeps_the_stock_finish():
     run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
     store.run_claim(run_id=run.pk, worker_id="someone-else")  # held elsewhere: skipped
