@@ -28,6 +28,15 @@ document.addEventListener("securitypolicyviolation", function (e) {
 """
 
 
+# What app.js's "Reload it" does: the card again, swapped in place of itself (same ids).
+RELOAD_CARD = """id => {
+  const card = document.querySelector('#detail article.card');
+  const root = document.querySelector('.approvals-app').dataset.appRoot;
+  htmx.ajax('GET', root + 'requests/' + encodeURIComponent(id) + '/card/', { target: card, swap: 'outerHTML' })
+    .then(() => { window.__reloaded = 1; });
+}"""
+
+
 def _directives(policy: str) -> dict[str, list[str]]:
     parts = [p.strip().split() for p in policy.split(";") if p.strip()]
     return {p[0]: p[1:] for p in parts}
@@ -95,6 +104,7 @@ def test_the_violation_listener_reports_what_the_policy_blocks(app, watch):
     assert any(v.get("directive") == "script-src-elem" for v in watch.violations), watch.violations
     assert page.evaluate("htmx.config.allowEval") is False
     assert page.evaluate("htmx.config.includeIndicatorStyles") is False
+    assert "style" not in page.evaluate("htmx.config.attributesToSettle")  # see base.html
     assert page.locator("head style").count() == 0  # htmx injected no indicator styles
 
 
@@ -161,3 +171,66 @@ def test_every_page_passes_the_policy_with_htmx_and_the_live_socket(app, api, wa
         "/admin/",
     ):
         assert path in paths, (path, sorted(paths))
+
+
+def test_opening_a_request_in_the_detail_pane_passes_the_policy(app, api, watch, shoot):
+    """The detail pane (`?r=`): opened by a click (an htmx swap with its indicator), by its
+    URL, by the keys, on a phone; with its claim bar, history and the run's transcript."""
+    t = tag()
+    _, first = halted_run(api, f"Refund order A-3101, $12 (pane {t})")
+    _, second = halted_run(api, f"Ask the customer a question (pane {t})")
+    page = login(watch.context(), app, "reviewer")
+    open_inbox(page, app, f"q={t}")
+
+    # a click opens it beside the list
+    card = card_of(page, first)
+    expect(card).to_be_visible()
+    expect(page.locator("#detail .claim-bar")).to_be_visible()
+    expect(page.locator("#detail section.history")).to_be_visible()
+    watch.settle(page)
+
+    # the keys: the next request, its claim bar, the argument editor, the keys' list
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    expect(card_of(page, second)).to_be_visible()
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("c")
+    expect(page.locator("#detail .claim-bar")).to_contain_text("Claimed by you")
+    page.keyboard.press("?")
+    expect(page.locator("#keys-help")).to_be_visible()
+    page.keyboard.press("Escape")
+    watch.settle(page)
+
+    # its URL, loaded as a page
+    page.goto(app.url(f"/?q={t}&r={first}"))
+    opened = page.locator(f'#detail article.card[data-request-id="{first}"]')
+    expect(opened).to_be_visible()
+    expect(page.locator("#live[data-ws-open]")).to_have_count(1)
+    page.locator("#detail details.edit > summary").click()
+    watch.settle(page)
+
+    # the reviewer makes the reason box taller (an inline height, as dragging its corner
+    # does), then the card is rendered again: live (another reviewer claims it) and by a
+    # reload; htmx must not carry the height over as a style attribute
+    page.locator("#detail details.edit > summary").click()  # closed: the push may replace it
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    opened.locator("textarea[name=reason]").evaluate("box => { box.style.height = '9rem'; }")
+    api.post(f"/api/requests/{first}/claim", json={})
+    expect(page.locator("#detail .claim-bar")).to_contain_text("Claimed by you")
+    opened.locator("textarea[name=reason]").evaluate("box => { box.style.height = '9rem'; }")
+    page.evaluate(RELOAD_CARD, first)
+    page.wait_for_function("() => window.__reloaded === 1")
+    expect(opened).to_be_visible()
+    watch.settle(page)
+
+    # on a phone: the request as a screen of its own, and back
+    phone = login(watch.context(viewport={"width": 390, "height": 844}), app, "reviewer")
+    phone.goto(app.url(f"/?q={t}&r={second}"))
+    expect(phone.locator(f'#detail article.card[data-request-id="{second}"]')).to_be_visible()
+    phone.get_by_role("link", name="Back to list").click()
+    expect(phone.locator("#request-list")).to_be_visible()
+    watch.settle(phone)
+    shoot(page, "detail-pane")
+
+    watch.assert_clean()

@@ -116,8 +116,14 @@ def test_the_live_list_follows_filters_changed_without_a_reload(app, api, contex
     expect(page.locator("#request-rows li.row")).to_have_count(2)  # no question came in
 
 
+# Where rows are in the viewport: [top, bottom] each.
+ROW_SPANS = """rows => rows.map(r => {
+  const b = r.getBoundingClientRect(); return [b.top, b.bottom]; })"""
+
+
 def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, contexts, shoot):
     t = tag()
+    older = [halted_run(api, f"Refund order A-510{n}, $3{n} (phone {t})")[1] for n in (2, 3)]
     _, request_id = halted_run(
         api, f"Refund order A-5101, $31 for a very long complaint (phone {t})"
     )
@@ -127,7 +133,40 @@ def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, context
     expect(row_of(page, request_id)).to_be_visible()
     expect(page.locator("#detail")).to_be_hidden()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    # the first screen shows requests: search stays, the other filters fold into "Filters"
+    # (its summary says what is on), the bulk buttons wait for a selection
+    box = page.locator("#filter-box")
+    expect(box).not_to_have_attribute("open", "")
+    expect(box.locator("summary")).to_contain_text("Filters")
+    expect(page.locator("#filter-summary")).to_have_text("Pending · newest first")
+    expect(page.locator("#inbox-search")).to_be_visible()
+    expect(page.locator("#inbox-filters select[name=kind]")).to_be_hidden()
+    expect(page.get_by_role("button", name="Approve selected")).to_be_hidden()
+    assert page.evaluate("window.scrollY") == 0
+    first, _, third = page.locator("#request-rows li.row").evaluate_all(ROW_SPANS)[:3]
+    assert first[0] < 844 / 2, f"the first request starts at {first[0]} px"
+    assert third[1] <= 844, f"the third request ends at {third[1]} px, below the first screen"
     shoot(page, "1-phone-list")
+
+    # a selection brings the bulk buttons
+    row_of(page, older[0]).locator("input.row-select").check()
+    expect(page.get_by_role("button", name="Approve selected")).to_be_visible()
+    row_of(page, older[0]).locator("input.row-select").uncheck()
+
+    # the filters open and work as on a wide screen; the URL keeps them, the summary says them
+    box.locator("summary").click()
+    expect(page.locator("#inbox-filters select[name=kind]")).to_be_visible()
+    shoot(page, "1b-phone-filters")
+    page.select_option("#inbox-filters select[name=sort]", "oldest")
+    expect(page).to_have_url(re.compile(r"[?&]sort=oldest"))
+    page.locator('#inbox-chips a[data-chip="claim=unclaimed"]').click()
+    expect(page).to_have_url(re.compile(r"[?&]claim=unclaimed"))
+    box.locator("summary").click()
+    expect(page.locator("#filter-summary")).to_have_text("Pending · oldest first · unclaimed")
+    expect(page.locator("#request-rows li.row")).to_have_count(3)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(page, "1c-phone-filtered")
 
     card = card_of(page, request_id)
     expect(card).to_be_visible()
@@ -143,6 +182,62 @@ def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, context
     page.go_back()  # the back button is the way back too
     expect(row_of(page, request_id)).to_be_visible()
     expect(page.locator("#detail")).to_be_hidden()
+
+
+# The toasts in sight, and the controls each one overlaps: those of the open request (its
+# claim bar, its decision form) and those of the list (filters, bulk bar, rows' checkboxes).
+TOAST_OVERLAPS = """() => {
+  const boxes = (els) => Array.from(els).map((el) => [el, el.getBoundingClientRect()])
+    .filter(([, r]) => r.width > 0 && r.height > 0);
+  const controls = boxes(document.querySelectorAll(
+    '#inbox :is(input:not([type=hidden]), textarea, button, select, summary)'));
+  const decision = controls.filter(([c]) => c.closest('#detail'));
+  const toasts = boxes(document.querySelectorAll('#toasts .toast'));
+  const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const inView = (r) => r.top >= 0 && r.bottom <= innerHeight && r.left >= 0 && r.right <= innerWidth;
+  return { toasts: toasts.length, controls: decision.length,
+           inView: toasts.every(([, r]) => inView(r)),
+           overlaps: toasts.flatMap(([t, tr]) => controls.filter(([, cr]) => hit(tr, cr))
+             .map(([c]) => t.textContent.slice(0, 40) + ' covers ' + c.outerHTML.slice(0, 80))) };
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_wide_screens_use_their_width_and_toasts_stay_off_the_request(
+    app, api, contexts, shoot, width
+):
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order A-5401, $21 (wide {t})")
+    page = login(contexts(viewport={"width": width, "height": 720}), app, "reviewer")
+    open_inbox(page, app, f"q={t}&r={request_id}")
+    card = page.locator(f'#detail article.card[data-request-id="{request_id}"]')
+    expect(card).to_be_visible()
+    expect(page.locator("#filter-box")).to_have_attribute("open", "")  # filters in sight
+
+    # the list and the request use the screen: no column kept for toasts, up to 96rem wide
+    used, detail = page.evaluate(
+        "() => [document.getElementById('inbox').getBoundingClientRect().width,"
+        " document.getElementById('detail').getBoundingClientRect().width]"
+    )
+    room = page.evaluate("document.documentElement.clientWidth")
+    assert used >= min(room, 1536) - 40, f"the inbox uses {used} of {room} px"
+    assert detail >= used - 32 * 16 - 24, f"the request gets {detail} of {used} px"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+    # toasts (a request arrives live, another is decided elsewhere) cover no control of the
+    # open request, whatever the scroll
+    _, other = halted_run(api, f"Refund order A-5402, $22 (wide {t})")
+    expect(row_of(page, other)).to_be_visible()
+    api.post(f"/api/requests/{other}/decline", json={"reason": f"not now {t}"})
+    expect(page.locator("#toasts .toast")).to_have_count(2, timeout=10_000)
+    shoot(page, "toasts")
+    for scroll in (0, 400):
+        page.evaluate("y => window.scrollTo(0, y)", scroll)
+        found = page.evaluate(TOAST_OVERLAPS)
+        assert found["toasts"] >= 1 and found["controls"] >= 5, found
+        assert found["inView"], found
+        assert not found["overlaps"], found["overlaps"]
+    card.get_by_role("button", name=re.compile(r"^Approve\b")).click(trial=True, timeout=2_000)
 
 
 def test_reviewers_see_who_else_is_viewing_a_request(app, api, contexts, shoot):

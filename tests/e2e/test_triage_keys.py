@@ -70,6 +70,24 @@ def cursor_id(page: Page) -> str | None:
     )
 
 
+# What inbox-keys.js does after a live message about the open request: the claim bar again.
+REFRESH_CLAIM_BAR = """() => {
+  const bar = document.querySelector('#detail .claim-bar');
+  htmx.ajax('GET', bar.dataset.url, { target: bar, swap: 'outerHTML' });
+}"""
+
+
+# A reload of the open card (app.js's "Reload it"), counted once it has swapped in.
+RELOAD_CARD = """id => {
+  const card = document.querySelector('#detail article.card');
+  window.__reloads = (window.__reloads || 0) + 1;
+  const root = document.querySelector('.approvals-app').dataset.appRoot;
+  htmx.ajax('GET', root + 'requests/' + encodeURIComponent(id) + '/card/', { target: card, swap: 'outerHTML' })
+    .then(() => { window.__reloaded = window.__reloads; });
+}"""
+RELOADED = "() => window.__reloaded === window.__reloads"
+
+
 def blur(page: Page) -> None:
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
 
@@ -153,6 +171,15 @@ def test_keys_answer_a_question_and_claim_then_release(app, api, contexts, shoot
     t = tag()
     _, request_id = halted_run(api, f"Please ask the customer a question ({t})")
     page = login(contexts(), app, "reviewer")
+    toggles = []  # the claim bar's posts, in order
+    page.on(
+        "request",
+        lambda r: (
+            r.method == "POST"
+            and (found := re.search(r"/(claim|release)/$", r.url))
+            and toggles.append(found.group(1))
+        ),
+    )
     open_triage(page, app, f"q={t}&r={request_id}")
     card = detail_card(page, request_id)
     expect(card).to_be_visible()
@@ -165,6 +192,36 @@ def test_keys_answer_a_question_and_claim_then_release(app, api, contexts, shoot
     expect(bar).to_contain_text("Unclaimed")
     assert state_of(api, request_id)["claim"] is None
 
+    # c acts on the claim bar in the page when it acts: pressed while the bar htmx just
+    # swapped in is not wired yet (a long settle here) and a refresh (a live update) swaps
+    # it again, the click lands on the new bar, never on the detached one (a lost release)
+    page.evaluate("() => { htmx.config.defaultSettleDelay = 1500; }")
+    page.keyboard.press("c")
+    expect(bar).to_contain_text("Claimed by you")
+    page.keyboard.press("c")  # the bar from the claim's answer: not wired for 1.5 s
+    page.evaluate(REFRESH_CLAIM_BAR)
+    expect(bar).to_contain_text("Unclaimed")
+    assert state_of(api, request_id)["claim"] is None
+
+    # every press is one toggle, in order: none lost, none done twice
+    assert toggles == ["claim", "release", "claim", "release"], toggles
+    for _ in range(3):
+        page.keyboard.press("c")
+    deadline = time.monotonic() + WAIT
+    while len(toggles) < 7:
+        assert time.monotonic() < deadline, toggles
+        page.wait_for_timeout(50)
+    expect(bar).to_contain_text("Claimed by you")
+    page.wait_for_timeout(500)  # a fourth toggle, had there been one, would be sent by now
+    assert toggles[4:] == ["claim", "release", "claim"], toggles
+    expect(bar).to_contain_text("Claimed by you")
+    assert state_of(api, request_id)["claim"]["by"] == "reviewer"
+    page.keyboard.press("c")
+    expect(bar).to_contain_text("Unclaimed")
+    assert state_of(api, request_id)["claim"] is None
+
+    page.evaluate("() => { htmx.config.defaultSettleDelay = 20; }")
+
     # a needs an answer here: it goes to the first choice; Space picks it, Enter sends
     page.keyboard.press("a")
     expect(card.locator('[name="q.0"]').first).to_be_focused()
@@ -173,6 +230,32 @@ def test_keys_answer_a_question_and_claim_then_release(app, api, contexts, shoot
     answered = wait_state(api, request_id, "answered")
     assert answered["state"] == "answered"
     shoot(page, "answered")
+
+
+def test_the_approve_key_acts_on_the_card_in_the_page_after_swaps(app, api, contexts):
+    """a pressed while the card htmx just swapped in is not wired yet, and a swap (a live
+    update, a reload) replaces it again: the approval is sent once, from the card in the page."""
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order R-1, $1 (reswap {t})")
+    page = login(contexts(), app, "reviewer")
+    decisions = []
+    page.on(
+        "request",
+        lambda r: r.method == "POST" and r.url.endswith("/approve/") and decisions.append(r.url),
+    )
+    open_triage(page, app, f"q={t}&r={request_id}")
+    card = detail_card(page, request_id)
+    expect(card).to_be_visible()
+    blur(page)
+
+    page.evaluate("() => { htmx.config.defaultSettleDelay = 1500; }")
+    page.evaluate(RELOAD_CARD, request_id)  # a fresh card: not wired for 1.5 s
+    page.wait_for_function(RELOADED)
+    page.keyboard.press("a")
+    page.evaluate(RELOAD_CARD, request_id)  # and again, while a waits
+    wait_state(api, request_id, "approved")
+    page.wait_for_timeout(500)
+    assert len(decisions) == 1, decisions
 
 
 # -- bulk ----------------------------------------------------------------------------------

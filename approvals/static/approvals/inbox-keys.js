@@ -6,14 +6,18 @@
 //   result or answer, c claims / releases, x selects for a bulk decision, / searches,
 //   ? lists the keys, Esc closes the list or leaves a text field. Keys never fire while
 //   typing in a field. After a decision the next request opens by itself: clearing a queue
-//   takes one key per approval;
+//   takes one key per approval. A key acts on the form or button in the page when it acts
+//   (a swap may have replaced the one in the page when it was pressed); each c press is one
+//   claim or release, in order;
 // - bulk selection: shift-click selects a range of checkboxes; the selection survives live
 //   updates of the list;
 // - taking over: deciding a request another reviewer claimed asks first (the claim bar,
 //   #claim-bar-<pk>[data-claimed-by], says who holds it) and posts `takeover=1`;
 // - the page title "(N) Inbox" from #request-count[data-pending] (else [data-count]);
 // - opt-in browser notifications (the Notification API) for requests that arrive live while
-//   the tab is hidden, and an opt-in beep (WebAudio, no file), both kept in localStorage.
+//   the tab is hidden (a click on one opens its request: `?r=<id>`), and an opt-in beep
+//   (WebAudio, no file), both kept in localStorage;
+// - a phone: the filters' disclosure closes (its summary says what is on).
 // It opens requests through app.js's window.toolnexusInbox.select (else a row's link) and
 // leaves opening the next one after a decision to app.js when it says so
 // (`advancesAfterDecision`). The triage views answer with HX-Trigger events it handles:
@@ -167,27 +171,93 @@
   // htmx has not wired a freshly swapped form until it settles: a submit before that would
   // post the plain form (a full page load). Such an action waits for the settle.
   function wired(form) {
-    return !(form.hasAttribute("hx-post") && !form["htmx-internal-data"]);
+    return !!form && !(form.hasAttribute("hx-post") && !form["htmx-internal-data"]);
   }
 
-  // Run `fn` once htmx has wired `form` (a few frames after a swap), within 3 s.
-  function whenWired(form, fn, tries) {
-    if (wired(form)) { fn(); return; }
-    if ((tries || 0) > 150 || !form.isConnected) return;
-    setTimeout(function () { whenWired(form, fn, (tries || 0) + 1); }, 20);
+  // A key's action on a form or button runs on the one in the document at the moment it
+  // acts, never on one it found earlier: a swap (a live update, a claim-bar refresh, the
+  // answer of a request) may have detached that one in between, and a click or submit on a
+  // detached form does nothing ("Form submission canceled because the form is not
+  // connected"), or worse, htmx wires the detached copy when its settle runs. `find()` runs
+  // again on every try (every 20 ms, up to 10 s): it gives the element to act on, null to
+  // wait (a swap or a request is in flight), or false to give up (nothing to do any more).
+  // `act` runs at most once; `after` always runs once, when it acted or gave up.
+  function actOnCurrent(find, act, after) {
+    var until = Date.now() + 10000;
+    (function attempt() {
+      var el = find();
+      var form = el && (el.tagName === "FORM" ? el : el.form);
+      if (el && el.isConnected && form && form.isConnected && wired(form)) {
+        act(el);
+        if (after) after();
+        return;
+      }
+      if (el === false || Date.now() > until) { if (after) after(); return; }
+      setTimeout(attempt, 20);
+    })();
+  }
+
+  function currentCard(id) {
+    return $('#detail article.card[data-request-id="' + CSS.escape(id) + '"]');
+  }
+
+  // Requests in flight that will swap a claim bar (its claim, release, snooze... forms, or a
+  // refresh after a live update): a claim key waits for them, then acts on the new bar.
+  var barRequests = [];
+  document.addEventListener("htmx:beforeSend", function (e) {
+    var d = e.detail, t = d && d.target, xhr = d && d.xhr;
+    var bar = t && t.closest ? t.closest(".claim-bar") : null;
+    if (!bar || !xhr) return;
+    var entry = { xhr: xhr, id: bar.dataset.requestId, at: Date.now() };
+    barRequests.push(entry);
+    // loadend comes after htmx's onload handler has swapped the answer in
+    xhr.addEventListener("loadend", function () {
+      barRequests = barRequests.filter(function (b) { return b !== entry; });
+    });
+  });
+  function barBusy(id) {
+    var now = Date.now();
+    barRequests = barRequests.filter(function (b) { return now - b.at < 20000; });
+    return barRequests.some(function (b) { return b.id === id; });
   }
 
   function approve(card) {
     if (card.dataset.deciding) return;  // a decision on it is on its way: never a second one
-    var form = approveForm(card);
-    if (form) { whenWired(form, function () { submit(form); }); return; }
-    focusEnd(answerField(card));
+    if (!approveForm(card)) { focusEnd(answerField(card)); return; }
+    var id = card.dataset.requestId;
+    actOnCurrent(function () {
+      var now = currentCard(id);
+      if (!now) return detailLoading ? null : false;  // another request opened: nothing to do
+      if (now.dataset.deciding) return false;
+      return approveForm(now) || false;  // decided meanwhile: no approve form any more
+    }, submit);
   }
 
   function submit(form) {
-    if (form.dataset.sending) return;
     if (typeof form.requestSubmit === "function") form.requestSubmit();
     else form.dispatchEvent(new Event("submit", { bubbles: true, cancelable: true }));
+  }
+
+  // Enter in a reason or result field sends its form: the form in the document when it
+  // sends (a swap may have replaced the card; what was typed goes with it).
+  function sendField(field) {
+    var form = field.form, card = form.closest("article.card");
+    var id = card && card.dataset.requestId, action = form.getAttribute("action");
+    var typed = {};
+    $$("textarea[name], input[name]:not([type=hidden])", form).forEach(function (el) { typed[el.name] = el.value; });
+    actOnCurrent(function () {
+      if (form.isConnected) return form.closest("article.card[data-deciding]") ? false : form;
+      var now = id && currentCard(id);
+      if (!now) return detailLoading ? null : false;
+      if (now.dataset.deciding) return false;
+      var again = $$("form", now).filter(function (f) { return f.getAttribute("action") === action; })[0];
+      if (!again) return false;  // decided meanwhile
+      Object.keys(typed).forEach(function (name) {
+        var el = again.querySelector('[name="' + CSS.escape(name) + '"]');
+        if (el && !el.value) el.value = typed[name];
+      });
+      return again;
+    }, submit);
   }
 
   function decline(card) { focusEnd(reasonBox(card)); }
@@ -201,14 +271,41 @@
 
   function respond(card) { focusEnd(answerField(card) || reasonBox(card)); }
 
+  function claimBar(id) { return $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]'); }
+
+  // c claims or releases through the claim bar's button. Every press is one toggle, in
+  // order: a press waits while a request that swaps the bar is in flight (the previous c's
+  // claim, a refresh after a live update), then clicks the button of the bar in the
+  // document then (a click on a detached copy would be lost).
+  var claimKeys = [];  // request ids of c presses not acted on yet, oldest first
   function claim() {
     var row = cursorRow();
     var id = row ? row.dataset.requestId : openId();
     if (!id) return;
-    var bar = $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]');
-    var button = bar && $("button.claim-toggle", bar);
-    if (button) { whenWired(button.form, function () { button.click(); }); return; }
-    if (window.htmx) htmx.ajax("POST", appUrl("requests/" + encodeURIComponent(id) + "/claim/"), { source: row || document.body, swap: "none" });
+    if (!claimBar(id) && !claimKeys.length) {  // a row that is not open: claim it from the list
+      if (window.htmx) htmx.ajax("POST", appUrl("requests/" + encodeURIComponent(id) + "/claim/"), { source: row || document.body, swap: "none" });
+      return;
+    }
+    claimKeys.push(id);
+    if (claimKeys.length === 1) nextClaim();
+  }
+
+  function nextClaim() {
+    if (!claimKeys.length) return;
+    var id = claimKeys[0];
+    actOnCurrent(function () {
+      var bar = claimBar(id);
+      if (!bar) return detailLoading ? null : false;
+      if (barBusy(id)) return null;
+      var button = $("button.claim-toggle", bar);
+      if (!button) return false;  // no longer pending, or not this reviewer's to claim
+      return button.disabled ? null : button;
+    }, function (button) {
+      button.click();
+    }, function () {
+      claimKeys.shift();
+      nextClaim();
+    });
   }
 
   function toggleSelect() {
@@ -275,8 +372,7 @@
         e.preventDefault();
       } else if (e.key === "Enter" && !e.shiftKey && sendsOnEnter(target)) {
         e.preventDefault();
-        var form = target.form;
-        whenWired(form, function () { submit(form); });
+        sendField(target);
       }
       return;
     }
@@ -625,20 +721,31 @@
     if (stored(SOUND_KEY)) beep();
     if (!notifyOn() || document.visibilityState === "visible") return;
     fresh.slice(0, 3).forEach(function (row) {
+      var id = row.dataset.requestId;
       var what = textOf($("a.row-link", row)) || "a request is waiting";
       try {
         var n = new Notification("New request: " + what.slice(0, 80), {
           body: what.slice(0, 200),
-          tag: "toolnexus-" + row.dataset.requestId,
+          tag: "toolnexus-" + id,
         });
-        n.onclick = function () {
-          window.focus();
-          var again = rowById(row.dataset.requestId);
-          if (again) openRow(again);
-          n.close();
-        };
+        n.onclick = function () { openFromNotification(id); n.close(); };
       } catch (err) { /* notifications refused in this context */ }
     });
+  }
+
+  // A click on a notification: this tab, with that request open (`?r=<id>` in the URL), its
+  // row listed or not (the list may have moved on: other filters, another page, a decision).
+  function openFromNotification(id) {
+    try { window.focus(); } catch (err) { /* not allowed here */ }
+    if (id === openId() && detailCard()) return;
+    var row = rowById(id);
+    if (row) { openRow(row); return; }
+    var api = window.toolnexusInbox;
+    if (api && typeof api.select === "function" && api.select(id)) return;
+    var params = new URLSearchParams(location.search);
+    params.set("r", id);
+    params.delete("page");
+    location.assign(location.pathname + "?" + params.toString());
   }
 
   function setupToggles() {
@@ -670,7 +777,15 @@
     }
   }
 
+  // A phone: the filters' disclosure (rendered open) closes, its summary line saying what is
+  // on, so that the list starts on the first screen.
+  function compactFilters() {
+    var box = document.getElementById("filter-box");
+    if (box && window.matchMedia && window.matchMedia("(max-width: 52rem)").matches) box.open = false;
+  }
+
   function init() {
+    compactFilters();
     findViewer();
     rows().forEach(function (r) { seen[r.dataset.requestId] = true; });
     setupToggles();
