@@ -102,7 +102,10 @@ def drive(run_id: int) -> str:
         answer = _answer_for(run, agent, request) if request is not None else None
         servers = agent.mcp_servers_for(run)  # host code may read the database: not async
         step = _Step(run_id, worker_id, request.pk if request is not None else None)
-        result = async_to_sync(_drive)(run, agent, step, request, answer, servers)
+        try:
+            result = async_to_sync(_drive)(run, agent, step, request, answer, servers)
+        except _StepWriteFailed as failed:
+            raise failed.original from None
     except LeaseLost as exc:
         log.warning("%s", exc)
         return "lease lost"
@@ -325,6 +328,26 @@ def _remembered(execution: ToolExecution) -> tuple[str, bool]:
     return execution.output, execution.is_error
 
 
+class _StepWriteFailed(BaseException):
+    """A write of the step's own (the transcript, the journal) failed inside a tool call.
+
+    The engine turns a tool's `Exception` into a tool error the model reads; a lost lease or
+    a dropped database connection is no tool failure, so it travels as a BaseException
+    through the engine and `drive` handles the original as if the step had raised it.
+    """
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+async def _step_write(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return await sync_to_async(fn)(*args, **kwargs)
+    except Exception as exc:
+        raise _StepWriteFailed(exc) from exc
+
+
 def _begin_execution(step: _Step, **entry: Any) -> ToolExecution | None:
     """Before a tool runs: the transcript that called it, then its journal entry."""
     step.store_unsaved()
@@ -349,7 +372,8 @@ def _journaled(tool: Tool, step: _Step, journal_name: str | None = None) -> Tool
         call_id, index = ctx.call_id, ctx.message_index
         if not call_id or index is None:
             return await _invoke(args, ctx)
-        earlier = await sync_to_async(_begin_execution)(
+        earlier = await _step_write(
+            _begin_execution,
             step,
             run_id=step.run_id,
             message_index=index,
@@ -367,11 +391,15 @@ def _journaled(tool: Tool, step: _Step, journal_name: str | None = None) -> Tool
                 f"tool {tool.name} failed: {type(exc).__name__}: {exc}", is_error=True
             )
         if pending_of(result) is not None:  # it suspended: nothing ran, nothing to remember
-            await sync_to_async(journal.execution_discard)(
-                run_id=step.run_id, message_index=index, call_id=call_id
+            await _step_write(
+                journal.execution_discard,
+                run_id=step.run_id,
+                message_index=index,
+                call_id=call_id,
             )
         else:
-            await sync_to_async(journal.execution_finish)(
+            await _step_write(
+                journal.execution_finish,
                 run_id=step.run_id,
                 message_index=index,
                 call_id=call_id,

@@ -15,6 +15,7 @@ commit, not two, and a task row is never "running" for a run nobody holds.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -79,9 +80,17 @@ def _on_claim(sender, instance: DBTaskResult, update_fields=None, **kwargs: Any)
     ):
         return
     claimer = _claimers.get(instance.task_path)
-    if claimer is not None:
-        args = (instance.args_kwargs or {}).get("args") or []
-        _current.claimed = (instance.pk, claimer.claim(*args))
+    if claimer is None:
+        return
+    stored = instance.args_kwargs or {}
+    try:
+        call = inspect.signature(claimer.claim).bind(
+            *(stored.get("args") or []), **(stored.get("kwargs") or {})
+        )
+    except TypeError:
+        return  # the task fails on these arguments itself, and the stock worker records it
+    # A database error here rolls the row's claim back with it: the next pass tries again.
+    _current.claimed = (instance.pk, claimer.claim(*call.args, **call.kwargs))
 
 
 def claimed_with_task() -> Any:
@@ -125,11 +134,12 @@ def running(row: DBTaskResult) -> Iterator[None]:
 
     # An instance attribute: the stock loop calls `row.set_successful(...)` on this object.
     row.set_successful = set_successful  # type: ignore[method-assign]
+    outer = getattr(_current, "task", None)  # a drain() inside a task: restored after
     _current.task = (row, finished)
     try:
         yield
     finally:
-        _current.task = None
+        _current.task = outer
         del row.set_successful
         _release_unused(row)
 
@@ -142,7 +152,11 @@ def finish_with_outcome(*, run_id: int, return_value: Any) -> None:
     if current is None:
         return
     row, finished = current
-    if (row.args_kwargs or {}).get("args") != [run_id]:
+    stored = row.args_kwargs or {}
+    if (stored.get("args") or [], stored.get("kwargs") or {}) not in (
+        ([run_id], {}),
+        ([], {"run_id": run_id}),
+    ):
         return
     at = timezone.now()
     DBTaskResult.objects.filter(pk=row.pk, status=TaskResultStatus.RUNNING).update(

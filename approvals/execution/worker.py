@@ -242,11 +242,21 @@ class Worker(StockWorker):
         `batch`: maintenance, then one pass."""
         set_current_worker_id(lease_owner(self.worker_id))
         if self.exit_when_idle:
+            # A batch also renews its runs' leases while a step runs (transcripts are not
+            # stored after every model reply, so a long step would otherwise let them lapse).
+            done = threading.Event()
+            beat = threading.Thread(
+                target=self.heartbeat, args=(done,), name=f"heartbeat-{self.worker_id[:8]}"
+            )
+            beat.daemon = True
+            beat.start()
             try:
                 self._maintain(time.monotonic())
                 with taskrow.claiming():
                     super().run()
             finally:
+                done.set()
+                beat.join(timeout=2)
                 connections.close_all()  # this thread's: it is done with the database
             return
         with _idle_waits_lock:
@@ -360,12 +370,14 @@ class Worker(StockWorker):
             helper.start()
         return helpers
 
-    def heartbeat(self) -> None:
-        """Keep the leases of the runs this worker holds fresh, however long a step takes;
-        when the worker dies the leases lapse and another worker takes the runs over."""
+    def heartbeat(self, until: threading.Event | None = None) -> None:
+        """Keep the leases of the runs this worker holds fresh, however long a step takes,
+        until `until` (default: the worker's stop) is set; when the worker dies the leases
+        lapse and another worker takes the runs over."""
         lease = app_settings.RUN_LEASE_SECONDS
         prefix = f"{lease_owner(self.worker_id)}:"
-        while not self.stop.wait(max(1.0, lease / 3)):
+        stop = until or self.stop
+        while not stop.wait(max(1.0, lease / 3)):
             try:
                 store.runs_renew_leases(worker_prefix=prefix)
             except Exception:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import OperationalError, connections
 from django.utils import timezone
 from django_tasks_db.compat import task_finished, task_started
 from django_tasks_db.models import DBTaskResult
@@ -927,3 +928,118 @@ def test_a_step_cancelled_at_shutdown_goes_back_to_the_queue_and_carries_on_late
         assert run.status == "done" and run.text == "later"
     finally:
         agents.unregister("stuck")
+
+
+# -- the step's own writes inside a tool call are not tool failures ----------------------------
+
+
+def _in_another_connection(fn) -> None:
+    def target():
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+
+
+def _register_counting_agent(name: str, model) -> None:
+    agents.register(
+        name,
+        model=lambda: create_in_process_client(generate=model),
+        tools=lambda: [Tool("count", "count a call", {"type": "object"}, execute=_count_tool)],
+        replace=True,
+    )
+
+
+def test_a_run_cancelled_during_a_model_call_stops_before_its_tools_run(crash_agent):
+    model_calls: list[int] = []
+    state: dict[str, int] = {}
+
+    def model(request):
+        model_calls.append(1)
+        if len(model_calls) == 1:  # cancelled elsewhere while the model answers
+            _in_another_connection(
+                lambda: Run.objects.filter(pk=state["run"]).update(
+                    status="cancelled", worker_id="", lease_expires_at=None
+                )
+            )
+        return {
+            "content": "",
+            "tool_calls": [{"id": f"c{len(model_calls)}", "name": "count", "arguments": {}}],
+        }
+
+    _register_counting_agent("crashy", model)
+    run = services.run_start(agent="crashy", prompt="go", started_by=make_user())
+    state["run"] = run.pk
+    # The lease is gone when the transcript is stored before the tool: the step ends there,
+    # it does not hand the model "tool count failed: LeaseLost" and call it again.
+    assert runner.drive(run.pk) == "lease lost"
+    assert len(model_calls) == 1 and TOOL_RUNS == []
+    assert fresh(run).status == "cancelled"
+
+
+def test_a_database_error_before_a_tool_runs_fails_the_step_not_the_tool(crash_agent, monkeypatch):
+    real = store.run_checkpoint
+    failed: list[bool] = []
+
+    def fails_once(**kwargs):
+        if not failed:
+            failed.append(True)
+            raise OperationalError("couldn't get a connection after 5.00 sec")
+        return real(**kwargs)
+
+    monkeypatch.setattr(store, "run_checkpoint", fails_once)
+    user = make_user()
+    run = services.run_start(agent="crashy", prompt="go", started_by=user)
+    assert drain() == 1
+    run = fresh(run)
+    assert run.status == "failed" and "OperationalError" in run.error
+    assert TOOL_RUNS == []  # the model never read a made-up tool failure
+    services.run_retry(run_id=run.pk, user=user)
+    drain()
+    run = fresh(run)
+    assert run.status == "done", run.error
+    assert TOOL_RUNS == [{"n": 1}] and run.text == "saw: counted 1"
+
+
+def test_a_task_enqueued_with_keyword_arguments_is_claimed_and_finished_too():
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    DBTaskResult.objects.all().delete()
+    runner.execute_run.enqueue(run_id=run.pk)
+    other = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    assert drain() == 2
+    assert fresh(run).status == "pending" and fresh(other).status == "pending"
+    assert sorted(t.status for t in DBTaskResult.objects.all()) == ["SUCCESSFUL", "SUCCESSFUL"]
+
+
+def test_a_batch_worker_renews_its_runs_leases_during_a_long_step(settings):
+    settings.TOOLNEXUS_RUN_LEASE_SECONDS = 3  # the heartbeat renews every second
+    leases: list[object] = []
+    state: dict[str, int] = {}
+
+    def lease_now() -> None:
+        _in_another_connection(
+            lambda: leases.append(Run.objects.get(pk=state["run"]).lease_expires_at)
+        )
+
+    def slow_model(request):
+        lease_now()
+        time.sleep(1.8)
+        lease_now()
+        return {"content": "done"}
+
+    agents.register(
+        "slow", model=lambda: create_in_process_client(generate=slow_model), replace=True
+    )
+    try:
+        run = services.run_start(agent="slow", prompt="take your time", started_by=make_user())
+        state["run"] = run.pk
+        Worker(batch=True, maintenance_every=0).run()
+    finally:
+        agents.unregister("slow")
+    assert fresh(run).status == "done"
+    before, during = leases
+    assert before is not None and during > before  # renewed while the model answered
