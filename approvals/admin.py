@@ -39,11 +39,9 @@ def _json_text(value) -> str:
 
 
 def json_block(value) -> str:
-    """A JSON value as an indented, escaped block for the admin's read-only fields."""
-    return format_html(
-        '<pre style="white-space:pre-wrap;max-height:40em;overflow:auto">{}</pre>',
-        pretty_json(value),
-    )
+    """A JSON value as an indented, escaped block for the admin's read-only fields (styled
+    by admin.css: the CSP refuses inline style attributes)."""
+    return format_html('<pre class="tn-json">{}</pre>', pretty_json(value))
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -53,6 +51,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     user are not in the queryset (so neither in lists nor reachable by URL)."""
 
     agent_field = ""
+
+    class Media:
+        css = {"all": ["approvals/admin.css"]}
 
     def get_queryset(self, request):
         qs = super().get_queryset(request)
