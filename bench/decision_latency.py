@@ -10,7 +10,7 @@ K Daphne servers, M db_worker processes, DEBUG off), pre-creates enough halted d
 pending requests concurrently. Per decision it measures
 
   (a) POST /api/requests/{id}/decline -> the HTTP response,
-  (b) the same POST -> the websocket frame deleting the card (`id="request-<pk>"`,
+  (b) the same POST -> the websocket frame deleting the row (`id="row-<pk>"`,
       hx-swap-oob="delete") reaching ANOTHER reviewer connected to /ws/inbox/ on a
       different server process,
   (c) the same POST -> the resumed run's body with status done on /ws/runs/<id>/.
@@ -64,7 +64,8 @@ from bench.topology import (
     ws_connect,
 )
 
-DELETE_RE = re.compile(r'id="request-(\d+)" hx-swap-oob="delete"')
+# The inbox drops a decided request's row (`row-<pk>`; before the triage list, its card).
+DELETE_RE = re.compile(r'id="(?:row|request)-(\d+)" hx-swap-oob="delete"')
 REASON = "bench: amount exceeds refund policy"
 GOAL_B_P99_MS = 100.0
 GOAL_A_RATIO = 2.0

@@ -630,7 +630,7 @@ def ws_connect(port: int, path: str, session: str, timeout: float = 15.0):
 class PendingRun:
     run_id: int
     request_id: str  # the wire id the API takes
-    request_pk: int  # the database pk: the inbox card's DOM id is request-<pk>
+    request_pk: int  # the database pk: the inbox row's DOM id is row-<pk>
 
 
 async def create_pending_runs(
