@@ -127,19 +127,7 @@ _RESULT_WRITE = (
     "version",
     "updated_at",
 )
-_RESULT_READ = (
-    "agent",
-    "prompt",
-    "started_by",
-    "turns",
-    "usage",
-    "text",
-    "worker_id",
-    "lease_expires_at",
-    "finished_at",
-    "version",
-    "updated_at",
-)
+_RESULT_READ = ("agent", "prompt", "started_by", *_RESULT_WRITE[2:])
 
 
 def run_store_result(
