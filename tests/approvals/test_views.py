@@ -376,6 +376,16 @@ def decided_first(row: ApprovalRequest) -> None:
     assert fresh_row(row).state == "declined"
 
 
+def sent_too_late(client, row, action, typed, *, page=None, extra=None):
+    """Fill in the form posting to `action` as `page` (default: the request in the inbox)
+    shows it, let another reviewer decide first, then send it with htmx."""
+    if page is None:
+        page = client.get(f"/?r={row.request_id}").content.decode()
+    data = form_post(page, url(row, action), typed) | (extra or {})
+    decided_first(row)
+    return client.post(url(row, action), data, headers=HX)
+
+
 def test_a_late_edit_keeps_the_changed_arguments_under_their_names(reviewer, halted):
     _, row = halted
     late = session_client(reviewer)
@@ -396,11 +406,7 @@ def test_a_late_edit_keeps_the_changed_arguments_under_their_names(reviewer, hal
 
 def test_a_late_edit_that_changed_nothing_keeps_nothing(reviewer, halted):
     _, row = halted
-    late = session_client(reviewer)
-    card = late.get(f"/?r={row.request_id}").content.decode()
-    edit = form_post(card, url(row, "edit"), {})
-    decided_first(row)
-    response = late.post(url(row, "edit"), edit, headers=HX)
+    response = sent_too_late(session_client(reviewer), row, "edit", {})
     assert response["X-Toolnexus-Outcome"] == "warning"  # nothing to lose: the inbox moves on
     assert kept(response.content.decode()) == []
 
@@ -412,10 +418,7 @@ def test_a_late_approval_of_edited_arguments_keeps_them(reviewer, halted):
     preview = late.post(
         url(row, "edit"), form_post(card, url(row, "edit"), {"field.amount": "120"}), headers=HX
     ).content.decode()
-    approve = form_post(preview, url(row, "approve"), {})
-    decided_first(row)
-
-    response = late.post(url(row, "approve"), approve, headers=HX)
+    response = sent_too_late(late, row, "approve", {}, page=preview)
     assert response["X-Toolnexus-Outcome"] == "unsent"
     [(label, text)] = kept(response.content.decode())
     assert label == "Your edited arguments"
@@ -430,9 +433,7 @@ def test_a_late_approval_of_unchanged_arguments_keeps_nothing(reviewer, halted):
         url(row, "edit"), form_post(card, url(row, "edit"), {}), headers=HX
     ).content.decode()
     assert "No changes" in preview
-    approve = form_post(preview, url(row, "approve"), {})
-    decided_first(row)
-    response = late.post(url(row, "approve"), approve, headers=HX)
+    response = sent_too_late(late, row, "approve", {}, page=preview)
     assert response["X-Toolnexus-Outcome"] == "warning"
     assert kept(response.content.decode()) == []
 
@@ -444,11 +445,8 @@ def test_a_late_typed_result_is_kept(reviewer):
         {"calls": [{"id": "c1", "name": "send_email", "input": email, "arguments": ""}]},
         [("c1", "send_email", email)],
     )
-    late = session_client(reviewer)
-    card = late.get(f"/?r={row.request_id}").content.decode()
-    output = form_post(card, url(row, "output"), {"output": "Sent by hand at 9:05"})
-    decided_first(row)
-    response = late.post(url(row, "output"), output, headers=HX)
+    typed = {"output": "Sent by hand at 9:05"}
+    response = sent_too_late(session_client(reviewer), row, "output", typed)
     assert response["X-Toolnexus-Outcome"] == "unsent"
     assert kept(response.content.decode()) == [("Your result", "Sent by hand at 9:05")]
 
@@ -463,9 +461,7 @@ def test_late_per_call_decisions_keep_results_and_reasons_under_the_tool_names(r
         "decision.call_email": "output",
         "output.call_email": "mailed it myself",
     }
-    calls = form_post(card, url(row, "calls"), typed)
-    decided_first(row)
-    response = late.post(url(row, "calls"), calls, headers=HX)
+    response = sent_too_late(late, row, "calls", typed, page=card)
     assert response["X-Toolnexus-Outcome"] == "unsent"
     assert kept(response.content.decode()) == [
         ("Your reason for refund", "over the limit"),
@@ -479,11 +475,8 @@ def test_a_late_answer_keeps_what_was_typed_for_questions_without_options(review
         {"question": "When should we call the customer?", "header": "Call"},
     ]
     row = make_row("question", {"questions": questions})
-    late = session_client(reviewer)
-    card = late.get(f"/?r={row.request_id}").content.decode()
-    answer = form_post(card, url(row, "respond"), {"q.0": "pro", "q.1": "Monday, after 10"})
-    decided_first(row)
-    response = late.post(url(row, "respond"), answer, headers=HX)
+    typed = {"q.0": "pro", "q.1": "Monday, after 10"}
+    response = sent_too_late(session_client(reviewer), row, "respond", typed)
     assert response["X-Toolnexus-Outcome"] == "unsent"
     # the typed answer under its question; a choice between given options is not typing
     assert kept(response.content.decode()) == [
@@ -519,9 +512,7 @@ def test_a_late_form_answer_keeps_each_typed_field_under_its_label(reviewer, kin
         "field.vegan": "on",
         "field.note": "",
     }
-    answer = form_post(card, url(row, "respond"), typed)
-    decided_first(row)
-    response = late.post(url(row, "respond"), answer, headers=HX)
+    response = sent_too_late(late, row, "respond", typed, page=card)
     assert response["X-Toolnexus-Outcome"] == "unsent"
     assert kept(response.content.decode()) == [
         ("Name on the booking", "Ada Lovelace"),
@@ -531,11 +522,8 @@ def test_a_late_form_answer_keeps_each_typed_field_under_its_label(reviewer, kin
 
 def test_a_late_decision_taking_over_a_claim_keeps_no_hidden_field(reviewer, halted):
     _, row = halted
-    late = session_client(reviewer)
-    card = late.get(f"/?r={row.request_id}").content.decode()
-    decline = form_post(card, url(row, "decline"), {}) | {"takeover": ["1"]}  # inbox-keys.js
-    decided_first(row)
-    response = late.post(url(row, "decline"), decline, headers=HX)
+    takeover = {"takeover": ["1"]}  # what inbox-keys.js adds
+    response = sent_too_late(session_client(reviewer), row, "decline", {}, extra=takeover)
     assert response["X-Toolnexus-Outcome"] == "warning"
     assert kept(response.content.decode()) == []
 
