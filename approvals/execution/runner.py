@@ -222,11 +222,6 @@ def run_requeue(*, run_id: int, worker_id: str, reason: str) -> None:
         events.announce(run_id=run.pk)
 
 
-def _request_to_apply(run: Run) -> ApprovalRequest | None:
-    """The decided request whose answer is not yet in the transcript, if any."""
-    return store.request_to_apply(run)
-
-
 def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answer:
     """The decision as an engine Answer; approved relay calls run their executors first."""
     if request.answer is not None:
