@@ -6,9 +6,10 @@ import pytest
 
 from approvals import agents
 from approvals.agents.demo import demo_generate, demo_tools, issue_refund
-from toolnexus import create_in_process_client
+from toolnexus import Tool, create_in_process_client
+from toolnexus.approval import approval_required
 
-from .factories import registered_mock_agent
+from .factories import TOOL_RUNS, count_tool, crash_agent_model, registered_mock_agent
 
 
 @pytest.fixture
@@ -47,3 +48,32 @@ def typed_output_agent():
     )
     yield "demo-typed"
     agents.unregister("demo-typed")
+
+
+@pytest.fixture
+def crash_agent():
+    """`crashy`: a plain native tool `count` and an approval-gated `gated_count`."""
+    TOOL_RUNS.clear()
+
+    def tools():
+        plain = Tool("count", "count a call", {"type": "object"}, execute=count_tool)
+        gated = approval_required(
+            Tool("gated_count", "count after approval", {"type": "object"}, execute=count_tool)
+        )
+        return [plain, gated]
+
+    agents.register(
+        "crashy",
+        model=lambda: create_in_process_client(generate=crash_agent_model),
+        tools=tools,
+        replace=True,
+    )
+    yield
+    agents.unregister("crashy")
+    TOOL_RUNS.clear()
+
+
+@pytest.fixture
+def in_memory_layer(settings):
+    """A fresh in-memory layer per test (changing the setting drops the cached layer)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

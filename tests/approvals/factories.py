@@ -4,21 +4,32 @@ here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import httpx
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
 from approvals import selectors, services
+from approvals.execution import recovery
+from approvals.execution import worker as worker_module
+from approvals.execution.worker import Worker
+from approvals.live import publisher
 from approvals.models import ApprovalRequest, Event, Run
 from approvals.selectors import InboxQuery
-from approvals.testing import drain, make_user, start_and_halt  # noqa: F401  (re-exported)
-from toolnexus import create_client
+from approvals.testing import drain, make_user, start_and_halt
+from toolnexus import ToolResult, create_client
+from toolnexus_web.asgi import application
 
 REFUND_PROMPT = "Refund order A-1001, $120"
 
@@ -225,3 +236,176 @@ def registered_mock_agent(
         yield model
     finally:
         agents.unregister(name)
+
+
+# -- the worker side: expiry, crashes, a served worker ---------------------------------------
+
+
+def make_overdue(run: Run) -> ApprovalRequest:
+    """The pending request of `run`, its expiry a minute ago."""
+    request = run.requests.get(state="pending")
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    return request
+
+
+def recover_stale_run(run: Run) -> None:
+    """The lease of `run`'s dead worker lapses, maintenance queues the run again, and a
+    worker drives it."""
+    lapse_lease(run)
+    assert recovery.runs_recover_stale() == 1
+    assert fresh(run).status == "queued"
+    drain()
+
+
+TOOL_RUNS: list[dict] = []  # every call of `count_tool` (the `crash_agent` fixture clears it)
+
+
+def count_tool(args, ctx):
+    TOOL_RUNS.append(dict(args))
+    return ToolResult(f"counted {args.get('n')}")
+
+
+def crash_agent_model(request):
+    """One call of `count` first, then a reply quoting the tool results."""
+    messages = request.messages
+    if not any(m.get("role") == "assistant" for m in messages):
+        return {
+            "content": "",
+            "tool_calls": [{"id": "call_count", "name": "count", "arguments": {"n": 1}}],
+        }
+    results = [m["content"] for m in messages if m.get("role") == "tool"]
+    return {"content": "saw: " + " | ".join(results)}
+
+
+def in_another_connection(fn) -> None:
+    """Run `fn` in a thread of its own, on a database connection of its own."""
+
+    def target():
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+
+
+def wait_until(check, what: str, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def run_in_status(run: Run, *statuses: str) -> Run | None:
+    run = fresh(run)
+    return run if run.status in statuses else None
+
+
+@contextmanager
+def serving(**options):
+    """A Worker served on an event loop of its own in another thread, as a `db_worker`
+    process runs it (`run_forever`), with the loop visible to the test: (worker, loop)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-worker-loop", daemon=True)
+    thread.start()
+    worker = Worker(**{"maintenance_every": 0, "interval": 0.05, **options})
+    served = asyncio.run_coroutine_threadsafe(worker.serve(), loop)
+    try:
+        wait_until(lambda: worker._idle_wait in worker_module._idle_waits, "the worker to start")
+        yield worker, loop
+    finally:
+        worker.stop.set()
+        served.result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        loop.close()
+
+
+# -- live pages: websockets through the real ASGI stack -------------------------------------
+# Sockets talk to `toolnexus_web.asgi.application` with the session cookie of a logged-in
+# test client; the tests that use them ask for the `in_memory_layer` fixture (conftest.py).
+
+TIMEOUT = 5  # seconds for any single frame
+CSRF_SECRET = "a" * 32  # the browser's CSRF cookie: a 32-character secret
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def signed_in_client(user) -> tuple[Client, str]:
+    client = Client()
+    client.force_login(user)
+    return client, client.cookies["sessionid"].value
+
+
+async def communicator(path: str, user=None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if user is not None:
+        cookie = await database_sync_to_async(session_cookie)(user)
+        headers.append((b"cookie", f"sessionid={cookie}; csrftoken={CSRF_SECRET}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def open_socket(path: str, user) -> tuple[WebsocketCommunicator, str]:
+    """Connect (must be accepted) and return the communicator and its first frame."""
+    comm = await communicator(path, user)
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected, f"{path} refused {user}"
+    snapshot = await comm.receive_from(timeout=TIMEOUT)
+    return comm, snapshot
+
+
+async def socket_for_session(path: str, session: str) -> WebsocketCommunicator:
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"sessionid={session}; csrftoken={CSRF_SECRET}".encode()),
+    ]
+    comm = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected
+    await comm.receive_from(timeout=TIMEOUT)  # the snapshot
+    return comm
+
+
+async def user_of(role: str):
+    return await database_sync_to_async(make_user)(role=role)
+
+
+async def in_thread(fn, *args, **kwargs):
+    """Run `fn` (writes, drain) in a thread; its pushes are sent when its commits are."""
+    return await database_sync_to_async(fn)(*args, **kwargs)
+
+
+def pending_request(run: Run) -> ApprovalRequest:
+    return run.requests.get(state="pending")
+
+
+async def halted_run(
+    user, prompt: str = "Refund order A-1001, $250"
+) -> tuple[Run, ApprovalRequest]:
+    run = await in_thread(start_and_halt, prompt=prompt, user=user)
+    row = await database_sync_to_async(pending_request)(run)
+    return run, row
+
+
+async def frame_with(comm: WebsocketCommunicator, text: str) -> str:
+    """The next frame holding `text` (presence and count frames may come first)."""
+    while text not in (frame := await comm.receive_from(timeout=TIMEOUT)):
+        pass
+    return frame
+
+
+def request_event(row: ApprovalRequest, *, change: str = "test", **fields) -> dict:
+    """The publisher's message about `row`, as it goes through the channel layer."""
+    message = publisher.request_message(row, created=False, change=change)
+    return {**message, **fields}

@@ -14,7 +14,8 @@ from django.utils import timezone
 from approvals import services
 from approvals.models import ApiToken, ApprovalRequest
 
-from .factories import fresh, make_user, start_and_halt
+from .factories import drain, fresh, make_user, start_and_halt, tasks_for, tool_output
+from .factories import make_overdue as _overdue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,6 +93,38 @@ def test_db_worker_batch_also_expires_and_resumes():
     run = fresh(run)
     assert run.status == "done"
     assert run.requests.get().state == "expired"
+
+
+def test_db_worker_takes_the_stock_options():
+    user = make_user()
+    runs = [services.run_start(agent="demo", prompt="refund", started_by=user) for _ in (1, 2)]
+    out = io.StringIO()
+    call_command("db_worker", "--batch", "--queue-name", "elsewhere", stdout=out)
+    assert "ran 0 task(s)" in out.getvalue()
+    out = io.StringIO()
+    call_command("db_worker", "--batch", "--max-tasks", "1", "--worker-id", "w-one", stdout=out)
+    assert "ran 1 task(s)" in out.getvalue()
+    out = io.StringIO()
+    call_command("db_worker", "--batch", "--queue-name", "*", "--exclude-queues", "x", stdout=out)
+    assert "ran 1 task(s)" in out.getvalue()
+    assert {fresh(run).status for run in runs} == {"pending"}
+    assert ["w-one"] in [t.worker_ids for run in runs for t in tasks_for(run)]
+    with pytest.raises(CommandError, match="exclude-queues"):
+        call_command("db_worker", "--batch", "--exclude-queues", "x", stdout=io.StringIO())
+
+
+def test_expire_requests_command():
+    run = start_and_halt()
+    request = _overdue(run)
+    out = io.StringIO()
+    call_command("expire_requests", stdout=out)
+    assert "expired 1 request" in out.getvalue()
+    request.refresh_from_db()
+    assert request.state == "expired" and request.reason == "expired"
+    drain()
+    run = fresh(run)
+    assert run.status == "done"
+    assert tool_output(run, "call_refund") == "relay declined for refund: expired"
 
 
 def test_expire_requests_with_nothing_overdue():

@@ -1,5 +1,5 @@
 """approvals.services.runs: starting a run (permission, validation) up to its first halt,
-cancelling it, and which runs a retry refuses."""
+cancelling it, and which runs (and whom) a retry refuses."""
 
 from __future__ import annotations
 
@@ -100,3 +100,12 @@ def test_retry_refuses_a_done_run():
     with pytest.raises(InvalidTransition):
         services.run_retry(run_id=run.pk, user=user)
     assert fresh(run).status == "done"
+
+
+def test_retry_needs_permission(mock_model):
+    mock_model.fail = True
+    run = services.run_start(agent="remote", prompt="x", started_by=make_user())
+    drain()
+    with pytest.raises(NotAllowed):
+        services.run_retry(run_id=run.pk, user=make_user(role="watcher"))
+    assert fresh(run).status == "failed"

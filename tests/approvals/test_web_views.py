@@ -1,6 +1,7 @@
-"""Reviewer pages through Django's test client (no browser): forms with post/redirect/get,
-the same POSTs with htmx answering the card in place, escaping, edits, per-call decisions,
-questions, the run page, the start page, filters, pagination and query counts."""
+"""approvals.web.views: reviewer pages through Django's test client (no browser): forms
+with post/redirect/get, the same POSTs with htmx answering the card in place, escaping,
+edits, per-call decisions, questions, the run page, the start page, filters, pagination and
+query counts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Websocket consumers through the real ASGI stack (origin check, session auth, routing).
+"""approvals.live.consumers: the inbox and run-page sockets through the real ASGI stack
+(session auth, routing, snapshots, pushes, access rechecks, misbehaving clients).
 
 Every test talks to `toolnexus_web.asgi.application` with a `WebsocketCommunicator` and the
 session cookie of a logged-in test client, on a fresh in-memory channel layer. Writes run in
@@ -15,76 +16,32 @@ from html.parser import HTMLParser
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from approvals import services
 from approvals.live import publisher
 from approvals.live.groups import INBOX_GROUP, run_group
-from approvals.models import ApprovalRequest, Run
-from toolnexus_web.asgi import application
 
-from .factories import drain, make_user, start_and_halt
+from .factories import (
+    TIMEOUT,
+    communicator,
+    drain,
+    halted_run,
+    in_thread,
+    open_socket,
+    pending_request,
+    socket_for_session,
+    start_and_halt,
+    user_of,
+)
+from .factories import frame_with as _frame_with
+from .factories import request_event as _event
+from .factories import signed_in_client as _signed_in_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-TIMEOUT = 5  # seconds for any single frame
-
-
-@pytest.fixture(autouse=True)
-def in_memory_layer(settings):
-    """A fresh in-memory layer per test (changing the setting drops the cached layer)."""
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def _session_cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("in_memory_layer")]
 
 
-async def communicator(path: str, user=None) -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
-    if user is not None:
-        cookie = await database_sync_to_async(_session_cookie)(user)
-        headers.append((b"cookie", f"sessionid={cookie}; csrftoken={CSRF_SECRET}".encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
-async def open_socket(path: str, user) -> tuple[WebsocketCommunicator, str]:
-    """Connect (must be accepted) and return the communicator and its first frame."""
-    comm = await communicator(path, user)
-    connected, _ = await comm.connect(timeout=TIMEOUT)
-    assert connected, f"{path} refused {user}"
-    snapshot = await comm.receive_from(timeout=TIMEOUT)
-    return comm, snapshot
-
-
-async def user_of(role: str):
-    return await database_sync_to_async(make_user)(role=role)
-
-
-async def in_thread(fn, *args, **kwargs):
-    """Run `fn` (writes, drain) in a thread; its pushes are sent when its commits are."""
-    return await database_sync_to_async(fn)(*args, **kwargs)
-
-
-def pending_request(run: Run) -> ApprovalRequest:
-    return run.requests.get(state="pending")
-
-
-async def halted_run(
-    user, prompt: str = "Refund order A-1001, $250"
-) -> tuple[Run, ApprovalRequest]:
-    run = await in_thread(start_and_halt, prompt=prompt, user=user)
-    row = await database_sync_to_async(pending_request)(run)
-    return run, row
-
-
-# -- who may connect -----------------------------------------------------------------------
+# -- who may connect ---------------------------------------------------------------------------
 
 
 async def test_anonymous_is_refused():
@@ -112,54 +69,6 @@ async def test_user_without_view_permission_is_refused():
     assert not connected
     assert code == 4403
     await comm.disconnect()
-
-
-async def test_foreign_origin_is_refused():
-    reviewer = await user_of("reviewer")
-    cookie = await database_sync_to_async(_session_cookie)(reviewer)
-    comm = WebsocketCommunicator(
-        application,
-        "/ws/inbox/",
-        headers=[(b"origin", b"http://evil.example"), (b"cookie", f"sessionid={cookie}".encode())],
-    )
-    connected, _ = await comm.connect(timeout=TIMEOUT)
-    assert not connected
-    await comm.disconnect()
-
-
-async def _connects_from(origin: bytes, host: bytes) -> bool:
-    reviewer = await user_of("reviewer")
-    cookie = await database_sync_to_async(_session_cookie)(reviewer)
-    comm = WebsocketCommunicator(
-        application,
-        "/ws/inbox/",
-        headers=[(b"origin", origin), (b"host", host), (b"cookie", f"sessionid={cookie}".encode())],
-    )
-    connected, _ = await comm.connect(timeout=TIMEOUT)
-    await comm.disconnect()
-    return connected
-
-
-@pytest.mark.parametrize(
-    ("origin", "host"),
-    [
-        (b"http://testserver:3000", b"testserver"),  # another port of the same host
-        (b"http://testserver", b"testserver:8000"),
-        (b"http://evil.example", b"testserver"),
-        (b"null", b"testserver"),
-        (b"http://evil.example", b"evil.example"),  # a Host not in ALLOWED_HOSTS
-    ],
-)
-async def test_an_origin_other_than_the_sockets_own_is_refused(origin, host):
-    assert not await _connects_from(origin, host)
-
-
-@pytest.mark.parametrize(
-    ("origin", "host"),
-    [(b"http://testserver:8000", b"testserver:8000"), (b"https://testserver", b"testserver:443")],
-)
-async def test_the_sockets_own_origin_with_its_port_is_accepted(origin, host):
-    assert await _connects_from(origin, host)
 
 
 async def test_watcher_is_accepted_and_gets_the_request_list_snapshot():
@@ -266,7 +175,7 @@ async def test_notices_about_unknown_filter_values_outlive_the_live_snapshot():
         await comm.disconnect()
 
 
-# -- inbox pushes --------------------------------------------------------------------------
+# -- inbox pushes ------------------------------------------------------------------------------
 
 
 async def test_a_new_pending_request_is_inserted_at_the_top():
@@ -419,34 +328,7 @@ async def test_watchers_get_the_view_variant_and_reviewers_the_decide_variant():
         await view.disconnect()
 
 
-async def test_pushed_fragments_escape_hostile_text():
-    reviewer = await user_of("reviewer")
-    comm, _ = await open_socket("/ws/inbox/", reviewer)
-    hostile = "Refund A-1001 $5 <img src=x onerror=window.__xss=1><script>window.__xss=1</script>"
-    try:
-        await halted_run(reviewer, prompt=hostile)
-        frame = await comm.receive_from(timeout=TIMEOUT)  # the row: the prompt is its title
-        assert "<script>window.__xss" not in frame
-        assert "<img src=x" not in frame
-        assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in frame
-    finally:
-        await comm.disconnect()
-
-
-# -- group membership and misbehaving clients ----------------------------------------------
-
-
-async def _frame_with(comm: WebsocketCommunicator, text: str) -> str:
-    """The next frame holding `text` (presence and count frames may come first)."""
-    while text not in (frame := await comm.receive_from(timeout=TIMEOUT)):
-        pass
-    return frame
-
-
-def _event(row: ApprovalRequest, *, change: str = "test", **fields) -> dict:
-    """The publisher's message about `row`, as it goes through the channel layer."""
-    message = publisher.request_message(row, created=False, change=change)
-    return {**message, **fields}
+# -- group membership and misbehaving clients --------------------------------------------------
 
 
 async def test_a_message_sent_to_the_inbox_group_reaches_the_consumer():
@@ -466,47 +348,6 @@ async def test_a_message_sent_to_the_inbox_group_reaches_the_consumer():
         await comm.disconnect()
     # after disconnecting the consumer left the group
     assert not get_channel_layer().groups.get(INBOX_GROUP)
-
-
-async def test_a_change_is_rendered_once_per_variant_however_many_pages_watch(monkeypatch):
-    from approvals.live import rendering
-
-    reviewer = await user_of("reviewer")
-    _, row = await halted_run(reviewer)
-    watcher = await user_of("watcher")
-    path = f"/ws/inbox/?state=all&r={row.request_id}"
-    pages = [await open_socket(path, u) for u in [reviewer] * 3 + [watcher] * 3]
-    rendered = []
-    original = rendering.card_html
-
-    def counting(row, **kwargs):
-        rendered.append(kwargs["can_decide"])
-        return original(row, **kwargs)
-
-    monkeypatch.setattr(rendering, "card_html", counting)
-    try:
-        await get_channel_layer().group_send(INBOX_GROUP, _event(row, change="once"))
-        for comm, _ in pages:
-            assert f'id="request-{row.pk}"' in await _frame_with(comm, "<article")
-        assert sorted(rendered) == [False, True]  # one rendering per variant, not per page
-    finally:
-        for comm, _ in pages:
-            await comm.disconnect()
-
-
-async def test_a_change_nobody_watches_renders_nothing(monkeypatch):
-    from approvals.live import rendering
-
-    def no_rendering(*args, **kwargs):
-        raise AssertionError("rendered a fragment for no page")
-
-    for name in ("card_html", "run_body", "changed_card"):
-        monkeypatch.setattr(rendering, name, no_rendering)
-    reviewer = await user_of("reviewer")
-    run, row = await halted_run(reviewer)
-    await in_thread(services.request_decline, request_id=row.request_id, user=reviewer)
-    await in_thread(drain)
-    assert await database_sync_to_async(lambda: Run.objects.get(pk=run.pk).status)() == "done"
 
 
 async def test_the_run_consumer_joins_only_its_own_run_group():
@@ -555,7 +396,7 @@ async def test_small_client_frames_are_ignored():
         await comm.disconnect()
 
 
-# -- the run page --------------------------------------------------------------------------
+# -- the run page ------------------------------------------------------------------------------
 
 
 async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
@@ -587,46 +428,6 @@ async def test_run_consumer_sends_the_body_on_connect_and_on_every_change():
         assert "status-done" in last
         assert re.search(r"Final answer</h2>\s*<div class=\"text md\"><p>[^<]*policy says no", last)
         assert f"<strong>Declined</strong> by {reviewer.username}" in last
-    finally:
-        await comm.disconnect()
-
-
-CSRF_SECRET = "a" * 32  # the browser's CSRF cookie: a 32-character secret
-
-
-async def test_pushed_forms_carry_no_token_and_post_through_htmx():
-    """Pushed HTML is the same for every viewer: no CSRF token in it. Its forms post through
-    htmx (hx-post, or hx-boost for the run page's plain forms), which sends the token the
-    page holds in <body hx-headers>."""
-    reviewer = await user_of("reviewer")
-    run, row = await halted_run(reviewer)
-    run_page, body = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
-    inbox, listing = await open_socket(f"/ws/inbox/?r={row.request_id}", reviewer)
-    try:
-        for html in (body, listing):
-            forms = re.findall(r"<form[^>]*>", html)
-            assert forms
-            for form in forms:
-                if 'method="dialog"' in form:
-                    continue  # closes a dialog (the keys' list): posts nothing
-                assert "hx-post=" in form or 'hx-boost="true"' in form, form
-            assert "csrfmiddlewaretoken" not in html
-        assert re.search(rf'<form[^>]*action="/runs/{run.pk}/cancel/"[^>]*hx-boost="true"', body)
-    finally:
-        await run_page.disconnect()
-        await inbox.disconnect()
-
-
-async def test_text_that_looks_like_a_token_placeholder_stays_text():
-    """Nothing is substituted into rendered HTML: a prompt naming the old placeholder (or
-    anything else) reaches the page as typed, and no token goes with it."""
-    reviewer = await user_of("reviewer")
-    comm, _ = await open_socket("/ws/inbox/", reviewer)
-    try:
-        await halted_run(reviewer, prompt="Refund A-1001 $5 toolnexus-csrf-placeholder NOTPROVIDED")
-        frame = await comm.receive_from(timeout=TIMEOUT)
-        assert "toolnexus-csrf-placeholder NOTPROVIDED" in frame
-        assert "csrfmiddlewaretoken" not in frame
     finally:
         await comm.disconnect()
 
@@ -690,7 +491,7 @@ async def test_a_push_to_a_page_that_just_went_away_is_dropped_quietly():
         await consumer.push("<p>late</p>")
 
 
-# -- a record reviewers can trust: own decisions, sign-out, withdrawn access ---------------
+# -- a record reviewers can trust: own decisions, withdrawn access -----------------------------
 
 
 async def test_your_own_decision_reads_as_yours_and_everybody_elses_says_who():
@@ -726,68 +527,6 @@ async def test_your_own_decision_reads_as_yours_and_everybody_elses_says_who():
     finally:
         for comm in (mine, mine_all, theirs):
             await comm.disconnect()
-
-
-def _signed_in_client(user) -> tuple[Client, str]:
-    client = Client()
-    client.force_login(user)
-    return client, client.cookies["sessionid"].value
-
-
-async def socket_for_session(path: str, session: str) -> WebsocketCommunicator:
-    headers = [
-        (b"origin", b"http://testserver"),
-        (b"host", b"testserver"),
-        (b"cookie", f"sessionid={session}; csrftoken={CSRF_SECRET}".encode()),
-    ]
-    comm = WebsocketCommunicator(application, path, headers=headers)
-    connected, _ = await comm.connect(timeout=TIMEOUT)
-    assert connected
-    await comm.receive_from(timeout=TIMEOUT)  # the snapshot
-    return comm
-
-
-async def test_signing_out_closes_that_sessions_live_pages_only():
-    reviewer = await user_of("reviewer")
-    run, _ = await halted_run(reviewer)
-    client, session = await database_sync_to_async(_signed_in_client)(reviewer)
-    _, other_session = await database_sync_to_async(_signed_in_client)(reviewer)
-    inbox = await socket_for_session("/ws/inbox/", session)
-    run_page = await socket_for_session(f"/ws/runs/{run.pk}/", session)
-    elsewhere = await socket_for_session("/ws/inbox/", other_session)
-    try:
-        response = await database_sync_to_async(client.post)("/accounts/logout/")
-        assert response.status_code == 302
-        for comm in (inbox, run_page):
-            output = await comm.receive_output(timeout=TIMEOUT)
-            assert output == {"type": "websocket.close", "code": 4401}
-        # the same user's other session (another browser) stays live
-        assert await elsewhere.receive_nothing(timeout=0.3)
-        await halted_run(reviewer)
-        assert "afterbegin:#request-rows" in await elsewhere.receive_from(timeout=TIMEOUT)
-    finally:
-        for comm in (inbox, run_page, elsewhere):
-            await comm.disconnect()
-
-
-async def test_removing_a_viewer_from_their_group_ends_their_live_pages_at_once():
-    from django.contrib.auth.models import Group
-
-    reviewer = await user_of("reviewer")
-    watcher = await user_of("watcher")
-    comm, _ = await open_socket("/ws/inbox/", watcher)
-    try:
-
-        def leave():
-            watcher.groups.remove(Group.objects.get(name="Watchers"))
-
-        await in_thread(leave)
-        output = await comm.receive_output(timeout=TIMEOUT)
-        assert output == {"type": "websocket.close", "code": 4403}
-        await halted_run(reviewer)  # nothing about it reaches the closed page
-        assert await comm.receive_nothing(timeout=0.3)
-    finally:
-        await comm.disconnect()
 
 
 @pytest.fixture
@@ -904,7 +643,7 @@ async def test_a_viewer_whose_access_holds_keeps_getting_pushes_after_a_recheck(
         await comm.disconnect()
 
 
-# -- a cap on live pages per account ---------------------------------------------------------
+# -- a cap on live pages per account -----------------------------------------------------------
 
 
 async def test_one_account_cannot_hold_more_live_pages_than_the_cap(settings):
@@ -931,7 +670,7 @@ async def test_one_account_cannot_hold_more_live_pages_than_the_cap(settings):
         await second.disconnect()
 
 
-# -- per-agent access and the starter rule over sockets ------------------------------------
+# -- per-agent access and the starter rule over sockets ----------------------------------------
 
 
 def _restrict_demo_to_a_new_group(*members):
