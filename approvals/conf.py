@@ -70,6 +70,10 @@ DEFAULTS: dict[str, Any] = {
     # The inbox counts rows up to this many and then reads "1000+": an exact count reads
     # every matching row, so a page's cost would grow with the backlog.
     "INBOX_COUNT_CAP": 1000,
+    # A live inbox of every pending request shares one pending count per change; its chips'
+    # counts (claimed by me, unclaimed...) are the viewer's own, so each such page counts
+    # them at most once per this many seconds, after the change (0: after every change).
+    "LIVE_CHIP_SECONDS": 2.0,
 }
 
 

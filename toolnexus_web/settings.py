@@ -385,6 +385,13 @@ TOOLNEXUS_TOKEN_DAYS = env_int("TOOLNEXUS_TOKEN_DAYS", 90)
 # the admin's "Agent access").
 TOOLNEXUS_STARTER_CANNOT_APPROVE = env_bool("TOOLNEXUS_STARTER_CANNOT_APPROVE", False)
 
+# The triage inbox: how long a claim lasts (minutes; 0: until released), where counts stop
+# ("1000+"), and how often a live inbox of every pending request recounts its chips
+# (seconds; approvals/conf.py says why each exists).
+TOOLNEXUS_CLAIM_MINUTES = env_int("TOOLNEXUS_CLAIM_MINUTES", 30)
+TOOLNEXUS_INBOX_COUNT_CAP = env_int("TOOLNEXUS_INBOX_COUNT_CAP", 1000, minimum=1)
+TOOLNEXUS_LIVE_CHIP_SECONDS = float(env("TOOLNEXUS_LIVE_CHIP_SECONDS", "2"))
+
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 
 # No inline script or style, no eval: htmx runs with allowEval, includeIndicatorStyles and

@@ -362,19 +362,52 @@ class InboxConsumer(_Base):
             await self.push(rendering.inbox_update(card=card, toast=self._toast(event)))
 
     async def _push_count(self, event: dict) -> None:
-        """The list's count and the title's. An unfiltered list shares one pending count per
-        change (rendered once for every such page: a per-viewer count on each change for
-        every open page slowed a 50-reviewer race past its deadline); a filtered one is
-        counted for its viewer (selectors.inbox_counts, capped)."""
-        hidden = frozenset() if self.rights.superuser else self.rights.hidden
-        pending = await rendering.count_for_change(change=event["change"], hidden=hidden)
+        """The list's count, the title's and the chips'. An unfiltered list shares one
+        pending count per change (rendered once for every such page: a per-viewer count on
+        each change for every open page slowed a 50-reviewer race past its deadline), and
+        its chips, the viewer's own, follow coalesced (`_chips_follow`); a filtered one is
+        counted for its viewer (selectors.inbox_counts, capped), its chips in the same
+        frame."""
         if self._plain():
-            count = pending
-        else:
-            count, pending = await database_sync_to_async(
-                rendering.list_count, thread_sensitive=False
-            )(self.scope["user"], self.params)
-        await self.push(rendering.pending_count_html(count, pending, self.query.state))
+            hidden = frozenset() if self.rights.superuser else self.rights.hidden
+            pending = await rendering.count_for_change(change=event["change"], hidden=hidden)
+            await self.push(rendering.pending_count_html(pending, pending, self.query.state))
+            self._chips_follow()
+            return
+        counts = await database_sync_to_async(rendering.list_counts, thread_sensitive=False)(
+            self.scope["user"], self.params
+        )
+        await self.push(rendering.counts_html(counts))
+
+    def _chips_follow(self) -> None:
+        """An unfiltered list's chips follow a change: counted for this viewer at most once
+        per TOOLNEXUS_LIVE_CHIP_SECONDS, that long after the first change not yet counted
+        (the changes meanwhile ride along, the last one always counted), beside the message
+        loop and never twice at once (the pattern of RunConsumer.approvals_run)."""
+        self.chips_stale = True
+        counting = getattr(self, "chip_counting", None)
+        if counting is None or counting.done():
+            self.chip_counting = asyncio.get_running_loop().create_task(self._count_chips())
+
+    async def _count_chips(self) -> None:
+        while self.chips_stale and not self.ended:
+            await asyncio.sleep(max(0.0, float(app_settings.LIVE_CHIP_SECONDS or 0)))
+            if not self._plain() or not await self.still_allowed():
+                return  # a filtered list's counts come with its count; a page gone: none
+            # Every change that arrived until now is committed: this count reflects it. One
+            # arriving from now on may not be: it marks the chips stale again.
+            self.chips_stale = False
+            params = self.params
+            try:
+                counts = await database_sync_to_async(
+                    rendering.list_counts, thread_sensitive=False
+                )(self.scope["user"], params)
+            except Exception:  # the chips heal at the next change or reconnect
+                log.exception("counting the inbox chips for a live page failed")
+                continue
+            if self.ended or self.params != params:
+                continue  # the page changed its filters meanwhile: its new list has its chips
+            await self.push(rendering.chip_counts_html(counts["chips"]))
 
     def _plain(self) -> bool:
         """A list of every pending request (any sort): its count is the pending count."""
@@ -497,6 +530,11 @@ class InboxConsumer(_Base):
         await self.push(rendering.presence_html(self.viewing_pk, names))
 
     async def disconnect(self, code: int) -> None:
+        counting = getattr(self, "chip_counting", None)
+        if counting is not None and not counting.done():
+            counting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await counting
         if getattr(self, "viewing", ""):
             with contextlib.suppress(Exception):
                 await self._presence_set(self.viewing, self.viewing_pk, add=False)

@@ -167,10 +167,10 @@ async def count_for_change(*, change: str, hidden: frozenset[str] = frozenset())
     return await FRAGMENTS.get(key, lambda: pending_count(hidden))
 
 
-def list_count(user, params: dict[str, str]) -> tuple[int, int]:
-    """(the rows a filtered list matches, the viewer's waiting count) now, capped."""
-    counts = counts_context(user, params)
-    return counts["count"], counts["pending"]
+def list_counts(user, params: dict[str, str]) -> dict:
+    """A viewer's counts now (two queries, capped; `counts_context`): the list's (`count`),
+    the title's (`pending`), and the chips' (`chips`, their counts labelled)."""
+    return counts_context(user, params)
 
 
 def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
@@ -183,6 +183,20 @@ def pending_count_html(count: int, pending: int | None = None, state: str = "pen
             "count_oob": True,
         },
     )
+
+
+def chip_counts_html(chips: list[dict]) -> str:
+    """The chips' counts, out of band: only the counts, the chips' links stay (and keep the
+    keyboard's focus)."""
+    return render_to_string("approvals/inbox.html#chip-counts", {"chips": chips})
+
+
+def counts_html(counts: dict) -> str:
+    """A filtered list's counts in one frame (`list_counts`): the list's, the title's and
+    the chips'."""
+    return pending_count_html(
+        counts["count"], counts["pending"], counts["query"].state
+    ) + chip_counts_html(counts["chips"])
 
 
 def row_html(request_pk: int, *, filter_query: str, oob: bool) -> str:

@@ -828,3 +828,181 @@ async def test_a_request_page_ignores_list_filters_sent_to_it():
         assert await page.receive_nothing(timeout=0.3)
     finally:
         await page.disconnect()
+
+
+# -- the chips' counts follow changes ----------------------------------------------------------
+
+CHIP_COUNT = re.compile(r"data-chip='([^']+)'\] \.chip-count\">([^<]*)</span>")
+SNAPSHOT_CHIP = re.compile(r'data-chip="([^"]+)"[^>]*>[^<]*<span class="chip-count">([^<]*)</span>')
+
+
+def _chips(frame: str) -> dict[str, str]:
+    """The chip counts a live frame pushes, by chip ("claim=mine": "1")."""
+    return dict(CHIP_COUNT.findall(frame))
+
+
+async def _claim(row, user) -> None:
+    await in_thread(services.request_claim, request_id=row.request_id, user=user)
+
+
+async def test_a_filtered_pages_count_frame_carries_its_chip_counts(settings):
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0.05  # would a filtered page get more frames: soon
+    reviewer, colleague = await user_of("reviewer"), await user_of("reviewer")
+    _, first = await halted_run(reviewer)
+    _, second = await halted_run(reviewer, prompt="Refund order B-2, $5")
+    comm, snapshot = await open_socket("/ws/inbox/?agent=demo", reviewer)
+    try:
+        assert dict(SNAPSHOT_CHIP.findall(snapshot))["claim=unclaimed"] == "2"
+        await _claim(first, colleague)
+        assert f'id="row-{first.pk}"' in await comm.receive_from(timeout=TIMEOUT)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        # one frame: the list's count (and the title's), then only the chips' counts
+        assert frame.startswith('<p class="count" id="request-count" data-count="2"')
+        assert _chips(frame) == {
+            "claim=mine": "0",
+            "claim=unclaimed": "1",
+            "overdue=1": "0",
+            "hidden=only": "0",
+        }
+        assert "<a " not in frame and 'class="chip' not in frame  # the links stay as they are
+        await _claim(second, reviewer)
+        frame = await _frame_with(comm, 'id="request-count"')
+        assert _chips(frame)["claim=mine"] == "1" and _chips(frame)["claim=unclaimed"] == "0"
+        # no refresh of the chips besides: the count frame had them
+        assert await comm.receive_nothing(timeout=0.3)
+    finally:
+        await comm.disconnect()
+
+
+async def test_a_plain_pages_chips_follow_a_claim_by_another_reviewer(settings):
+    import time as clock
+
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0.2
+    reviewer, colleague = await user_of("reviewer"), await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    mine, snapshot = await open_socket("/ws/inbox/", reviewer)
+    theirs, _ = await open_socket("/ws/inbox/", colleague)
+    try:
+        before = dict(SNAPSHOT_CHIP.findall(snapshot))
+        assert (before["claim=unclaimed"], before["claim=mine"]) == ("1", "0")
+        claimed_at = clock.monotonic()
+        await _claim(row, colleague)
+        assert f'id="row-{row.pk}"' in await mine.receive_from(timeout=TIMEOUT)
+        # the shared pending count, as before: nothing of the viewer's own in it
+        assert await mine.receive_from(timeout=TIMEOUT) == (
+            '<p class="count" id="request-count" data-count="1" data-pending="1"'
+            ' hx-swap-oob="true">1 request pending</p>'
+        )
+        # then the viewer's chips, counted once the coalescing window passed
+        frame = await mine.receive_from(timeout=TIMEOUT)
+        assert clock.monotonic() - claimed_at >= 0.2
+        assert _chips(frame) == {
+            "claim=mine": "0",
+            "claim=unclaimed": "0",
+            "overdue=1": "0",
+            "hidden=only": "0",
+        }
+        # the claimer's page counts the claim as theirs
+        frame = await _frame_with(theirs, "chip-count")
+        assert _chips(frame)["claim=mine"] == "1" and _chips(frame)["claim=unclaimed"] == "0"
+        for comm in (mine, theirs):
+            assert await comm.receive_nothing(timeout=0.5)  # one count for one change
+    finally:
+        await mine.disconnect()
+        await theirs.disconnect()
+
+
+@pytest.fixture
+def chip_countings(monkeypatch):
+    """Each time a page counts its chips (`rendering.list_counts`): the number counting at
+    once when it started; `chip_countings.seconds`: how long each count takes."""
+    import threading
+    import time as clock
+
+    from approvals.live import rendering
+
+    class Countings(list):
+        seconds = 0.0
+
+    calls = Countings()
+    running = [0]
+    lock = threading.Lock()
+    original = rendering.list_counts
+
+    def counting(user, params):
+        with lock:
+            running[0] += 1
+            calls.append(running[0])
+        try:
+            clock.sleep(calls.seconds)
+            return original(user, params)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(rendering, "list_counts", counting)
+    return calls
+
+
+async def _frames_until_quiet(comm, quiet: float = 0.8) -> list[str]:
+    frames = []
+    while not await comm.receive_nothing(timeout=quiet):
+        frames.append(await comm.receive_from(timeout=TIMEOUT))
+    return frames
+
+
+async def test_a_burst_of_changes_on_a_plain_page_counts_its_chips_at_most_twice(
+    settings, chip_countings
+):
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0.3
+    reviewer, colleague = await user_of("reviewer"), await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    try:
+        layer = get_channel_layer()
+        for i in range(12):
+            await layer.group_send(INBOX_GROUP, _event(row, change=f"burst{i}", toast=""))
+        await _claim(row, colleague)  # the burst's last change
+        frames = await _frames_until_quiet(comm)
+        chip_frames = [f for f in frames if "chip-count" in f]
+        assert 1 <= len(chip_countings) <= 2, chip_countings
+        assert len(chip_frames) == len(chip_countings)
+        # every change's row and count went out as before; the chips: the last change too
+        assert sum('id="request-count"' in f for f in frames) == 13
+        assert _chips(chip_frames[-1])["claim=unclaimed"] == "0"
+    finally:
+        await comm.disconnect()
+
+
+async def test_a_plain_page_never_counts_its_chips_twice_at_once(settings, chip_countings):
+    """TOOLNEXUS_LIVE_CHIP_SECONDS = 0: counted after every change, but the changes that
+    arrive while a count runs make one count after it, not one each beside it."""
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0
+    chip_countings.seconds = 0.3  # a count that takes a while
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    try:
+        for i in range(5):
+            await get_channel_layer().group_send(
+                INBOX_GROUP, _event(row, change=f"slow{i}", toast="")
+            )
+        frames = await _frames_until_quiet(comm)
+        assert chip_countings == [1, 1]  # the first change's, then one for the other four
+        assert len([f for f in frames if "chip-count" in f]) == 2
+    finally:
+        await comm.disconnect()
+
+
+async def test_closing_a_plain_page_cancels_its_pending_chip_count(settings, chip_countings):
+    import asyncio
+
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0.3
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    await get_channel_layer().group_send(INBOX_GROUP, _event(row, change="last", toast=""))
+    assert 'id="request-count"' in await _frame_with(comm, 'id="request-count"')
+    await comm.disconnect()  # within the window: its count is due in 0.3 s
+    await asyncio.sleep(0.6)
+    assert chip_countings == []
