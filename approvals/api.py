@@ -625,8 +625,13 @@ def list_requests(request, filters: Query[RequestFilter]):
         hidden=filters.hidden or "",
         sort=filters.sort or "newest",
     )
-    qs = selectors.inbox_requests(query, user_id=request.user.pk, hidden_agents=hidden)
-    page = qs[filters.offset : filters.offset + filters.limit]
+    page = selectors.inbox_page(
+        query,
+        user_id=request.user.pk,
+        hidden_agents=hidden,
+        start=filters.offset,
+        stop=filters.offset + filters.limit,
+    )
     count = selectors.inbox_matching_count(query, user_id=request.user.pk, hidden_agents=hidden)
     return {"items": [selectors.request_view(r) for r in page], "count": count}
 

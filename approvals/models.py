@@ -185,6 +185,12 @@ class ApprovalRequest(models.Model):
 
         return Request.from_dict(self.wire)
 
+    def call_list(self) -> list:
+        """The request's calls by position: as a list read prefetched them (`listed_calls`,
+        no queryset per row), else from the calls' manager."""
+        listed = getattr(self, "listed_calls", None)
+        return listed if listed is not None else list(self.calls.all())
+
     def relay_tool_names(self) -> list[str]:
         """The tools a relay request asks the host to run, from its own data (no query)."""
         from toolnexus.relay import relay_calls_of

@@ -524,7 +524,7 @@ def row_summary(row: ApprovalRequest) -> tuple[str, str]:
     its key arguments (or the question, or the prompt) in one short line."""
     data = row.data if isinstance(row.data, dict) else {}
     if row.kind == "tool_call":
-        calls = list(row.calls.all())
+        calls = row.call_list()
         names = [c.tool_name for c in calls] or row.relay_tool_names()
         what = joined_names(names) if names else KIND_LABELS.get(row.kind, row.kind)
         parts = [key_arguments(c.input, named=True) for c in calls]

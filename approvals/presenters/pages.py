@@ -131,15 +131,27 @@ def _page_number(page_number) -> int:
         return 1
 
 
-def _page(qs, counted: int, page_number) -> tuple[InboxPage, bool]:
-    """One page of the rows, and whether the count was capped (see selectors.inbox_counts).
+class _PageRows:
+    """The inbox's rows as Paginator slices them: each slice is one `selectors.inbox_page`."""
+
+    ordered = True
+
+    def __init__(self, fetch) -> None:
+        self.fetch = fetch
+
+    def __getitem__(self, window: slice) -> list:
+        return self.fetch(window.start or 0, window.stop)
+
+
+def _page(qs, fetch, counted: int, page_number) -> tuple[InboxPage, bool]:
+    """One page of the rows (`fetch(start, stop)`; `qs`: the matching rows), and whether the count was capped (see selectors.inbox_counts).
     Counted already: no COUNT query for a page. Within the cap the count numbers the pages
     (a number past the end reads the last page). Past it every page with rows stays
     reachable: PAGE_SIZE + 1 rows are read (the same query), and Next is offered only when
     that one more row exists. A page past the end says so, and which page is the last: one
     COUNT that stops at the rows before this page (no more than the page's OFFSET read)."""
     if counted <= selectors.count_cap():
-        paginator = Paginator(qs, PAGE_SIZE)
+        paginator = Paginator(_PageRows(fetch), PAGE_SIZE)
         paginator.__dict__["count"] = counted
         page = paginator.get_page(page_number)
         found = InboxPage(
@@ -151,7 +163,7 @@ def _page(qs, counted: int, page_number) -> tuple[InboxPage, bool]:
         return found, False
     number = _page_number(page_number)
     start = (number - 1) * PAGE_SIZE
-    fetched = list(qs[start : start + PAGE_SIZE + 1])
+    fetched = fetch(start, start + PAGE_SIZE + 1)
     rows = fetched[:PAGE_SIZE]
     last_page = 0
     if not rows and number > 1:
@@ -224,7 +236,13 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
     query = counted["query"]
     hidden = hidden_agents(user)  # per-agent access: not listed, not counted
     qs = selectors.inbox_requests(query, user_id=user.pk, hidden_agents=hidden, now=now)
-    page, capped = _page(qs, counted["count"], page_number)
+
+    def fetch(start: int, stop: int) -> list[ApprovalRequest]:
+        return selectors.inbox_page(
+            query, user_id=user.pk, hidden_agents=hidden, now=now, start=start, stop=stop
+        )
+
+    page, capped = _page(qs, fetch, counted["count"], page_number)
     filters = query.as_params()
     filter_query = urlencode(filters)
     selected = selected_id(params)

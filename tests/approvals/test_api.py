@@ -735,10 +735,10 @@ def test_urls_no_endpoint_matches_get_json_404_under_api_and_html_elsewhere():
 def test_an_unexpected_error_in_the_api_is_a_json_500(monkeypatch):
     user = make_user()
 
-    def broken(**kwargs):
+    def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("approvals.selectors.request_list", broken)
+    monkeypatch.setattr("approvals.selectors.inbox_page", broken)
     client = Client(raise_request_exception=False)
     response = client.get("/api/requests", headers=bearer(user))
     assert response.status_code == 500
