@@ -23,7 +23,6 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
-    Value,
 )
 from django.utils import timezone
 
@@ -513,31 +512,19 @@ def inbox_counts(
     a page at 100k pending would cost 100 times one at 1k. The first query counts the
     query's scope (its state, agent, kind and search) and "waiting", each up to the cap; a
     scope within the cap (a search that finds few) is then counted exactly in one pass,
-    a larger one count by count, each stopping at the cap. A search, which usually finds
-    few, is counted in one pass over its first cap + 1 rows within the first statement (the
-    search runs once, not twice), and count by count only when it finds more."""
+    a larger one count by count, each stopping at the cap."""
     now = now or timezone.now()
     cap = count_cap() if cap is None else cap
     hides = _viewer_hides_q(user_id, now)
     shown = ~Q(pk__in=hides.values("request_id"))
     scope = _inbox_base(query, hidden_agents=hidden_agents)
     waiting = _inbox_base(InboxQuery(), hidden_agents=hidden_agents).filter(shown)
-    if query.q:
-        first_rows = ApprovalRequest.objects.filter(pk__in=scope.order_by().values("pk")[: cap + 1])
-        in_one_pass = _one_pass(query, first_rows, user_id=user_id, now=now)
-        first = _capped_counts({"waiting": waiting}, cap, with_row=in_one_pass)
-        counts = first
+    first = _capped_counts({"scope": scope, "waiting": waiting}, cap)
+    if first["scope"] <= cap:
+        counts = _counts_in_one_pass(query, scope, user_id=user_id, now=now)
     else:
-        first = _capped_counts({"scope": scope, "waiting": waiting}, cap)
-        counts = {}
-        if first["scope"] <= cap:
-            counts = _one_pass(query, scope, user_id=user_id, now=now).get()
-    if first["scope"] > cap:
         counts = _counts_each_capped(query, scope, hides, user_id=user_id, now=now, cap=cap)
-    return {**{name: int(counts[name] or 0) for name in COUNT_NAMES}, "waiting": first["waiting"]}
-
-
-COUNT_NAMES = ("matching", "mine", "unclaimed", "overdue", "hidden")
+    return {**counts, "waiting": first["waiting"]}
 
 
 def _chips_by_hides(query: InboxQuery, hides: QuerySet, *, user_id: Any, now: Any) -> dict:
@@ -562,9 +549,11 @@ def inbox_matching_count(
     return _inbox_base(query, hidden_agents=hidden_agents).filter(_all_of(own.values())).count()
 
 
-def _one_pass(query: InboxQuery, rows: QuerySet, *, user_id: Any, now: Any) -> QuerySet:
-    """The counts of `rows` (all of them: "scope") as a one-row values queryset: one scan, a
-    FILTER per count, the viewer's hides in ONE left join (unique per request and user)."""
+def _counts_in_one_pass(
+    query: InboxQuery, scope: QuerySet, *, user_id: Any, now: Any
+) -> dict[str, int]:
+    """Exact counts of a small scope: one scan, a FILTER per count, the viewer's hides in
+    ONE left join (unique per request and user)."""
     hide = FilteredRelation(
         "hides",
         condition=Q(hides__user_id=user_id)
@@ -580,20 +569,14 @@ def _one_pass(query: InboxQuery, rows: QuerySet, *, user_id: Any, now: Any) -> Q
     def count(**replace: Q) -> Count:
         return Count("pk", filter=_all_of({**own, **replace}.values()))
 
-    return (
-        rows.annotate(viewer_hide=hide, one=Value(1))
-        .values("one")  # grouped by a constant: no GROUP BY, one row
-        .annotate(
-            scope=Count("pk"),
-            matching=count(),
-            mine=count(claim=chips["mine"]),
-            unclaimed=count(claim=chips["unclaimed"]),
-            overdue=count(overdue=chips["overdue"]),
-            hidden=count(hidden=chips["hidden"]),
-        )
-        .values("scope", *COUNT_NAMES)
-        .order_by()
+    counts = scope.annotate(viewer_hide=hide).aggregate(
+        matching=count(),
+        mine=count(claim=chips["mine"]),
+        unclaimed=count(claim=chips["unclaimed"]),
+        overdue=count(overdue=chips["overdue"]),
+        hidden=count(hidden=chips["hidden"]),
     )
+    return {name: int(value or 0) for name, value in counts.items()}
 
 
 def _counts_each_capped(
@@ -629,30 +612,21 @@ def _hidden_rows(
     return hides.annotate(match=Subquery(match[:1])).filter(match__isnull=False)
 
 
-def _capped_counts(
-    querysets: dict[str, QuerySet], cap: int, *, with_row: QuerySet | None = None
-) -> dict[str, int]:
+def _capped_counts(querysets: dict[str, QuerySet], cap: int) -> dict[str, int]:
     """Count each queryset's rows up to `cap` + 1, all in one statement: the querysets are
-    compiled by Django and each is counted as a LIMITed subquery. `with_row`: a values
-    queryset of one row of counts, whose columns join the statement's."""
+    compiled by Django and each is counted as a LIMITed subquery."""
     selects, params = [], []
     db = "default"
     for name, qs in querysets.items():
         limited = qs.order_by().values("pk")[: cap + 1]
         db = limited.db
         sql, sql_params = limited.query.get_compiler(using=db).as_sql()
-        selects.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted_{name}) AS {name}")
-        params.extend(sql_params)
-    statement = "SELECT " + ", ".join(selects)
-    if with_row is not None:
-        sql, sql_params = with_row.query.get_compiler(using=db).as_sql()
-        statement += f", one_row.* FROM ({sql}) AS one_row"
+        selects.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted_{name})")
         params.extend(sql_params)
     with connections[db].cursor() as cursor:
-        cursor.execute(statement, params)
-        names = [column[0] for column in cursor.description]
+        cursor.execute("SELECT " + ", ".join(selects), params)
         values = cursor.fetchone()
-    return {name: int(value or 0) for name, value in zip(names, values, strict=True)}
+    return {name: int(value or 0) for name, value in zip(querysets, values, strict=True)}
 
 
 def count_cap() -> int:

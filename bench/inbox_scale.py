@@ -14,9 +14,9 @@ number of SQL queries per render of:
 - pages: the reviewer's first inbox page (GET / through Django's full stack: middleware,
   view, selectors, template), plain and with search, sort and a claim filter in use, and the
   JSON API's first page (GET /api/requests), plain and with `q` and `sort`;
-- selectors: the triage inbox's reads alone (`inbox_requests` first page of 20 with its
-  calls, plus `inbox_counts`), for each query in QUERIES: figures that do not depend on how
-  the page renders.
+- selectors: the triage inbox's reads alone (`inbox_page`: the first page, 20 rows and one
+  more, with their calls, plus `inbox_counts`), for each query in QUERIES: figures that do
+  not depend on how the page renders.
 
 The query count must not grow with the row count. On PostgreSQL the bench runs VACUUM
 ANALYZE after filling (statistics and the visibility map autovacuum keeps on a table at
@@ -184,17 +184,20 @@ def time_calls(work, repeat: int) -> tuple[list[float], int]:
     return times, len(queries)
 
 
+PAGE_ROWS = 21  # a page of 20, and one more that says whether a next page exists
+
+
 def selector_work(params: dict[str, str], user):
-    """The triage inbox's reads for one page: 20 rows with their calls, and the counts."""
+    """The triage inbox's reads for one page: its rows with their calls, and the counts."""
     from approvals import selectors
 
     query = selectors.InboxQuery.from_params(params)
 
     def work() -> None:
-        rows = list(selectors.inbox_requests(query, user_id=user.pk)[:20])
+        rows = selectors.inbox_page(query, user_id=user.pk, start=0, stop=PAGE_ROWS)
         for row in rows:
             selectors.active_claim(row)
-            list(row.calls.all())
+            row.call_list()
         selectors.inbox_counts(query, user_id=user.pk)
 
     return work
