@@ -4,6 +4,7 @@ and the results of the calls it executed for a decided request."""
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -211,12 +212,40 @@ def run_fail(
         events.announce(run_id=run.pk)
 
 
-_forgotten: set[str] = set()
+class _Forgotten:
+    """The executions of this process whose leases its heartbeat no longer renews (their
+    worker could not write the outcome, or their task never started), while they still hold
+    a run: once another worker took the run over (its lease lapsed), an id is dropped."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        # forget() and the heartbeat's prune run in different threads: an id forgotten
+        # while the heartbeat reads which ids still hold a run must not be pruned unread.
+        self.lock = threading.Lock()
+
+    def forget(self, worker_id: str) -> None:
+        with self.lock:
+            self.ids.add(worker_id)
+
+    def still_held(self) -> list[str]:
+        """The forgotten ids that still hold a run (one query, none when nothing is
+        forgotten); the others are dropped."""
+        with self.lock:
+            if self.ids:
+                held = Run.objects.filter(
+                    status=RunStatus.RUNNING, worker_id__in=self.ids
+                ).values_list("worker_id", flat=True)
+                self.ids.intersection_update(held)
+            return sorted(self.ids)
+
+
+# The process's forgotten executions (a registry; see _Forgotten).
+FORGOTTEN = _Forgotten()
 
 
 def forget_run(worker_id: str) -> None:
     """Stop renewing one execution's lease (its worker could not write the outcome)."""
-    _forgotten.add(worker_id)
+    FORGOTTEN.forget(worker_id)
 
 
 def runs_renew_leases(*, worker_prefix: str) -> int:
@@ -224,7 +253,7 @@ def runs_renew_leases(*, worker_prefix: str) -> int:
     until = timezone.now() + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
     return (
         Run.objects.filter(status=RunStatus.RUNNING, worker_id__startswith=worker_prefix)
-        .exclude(worker_id__in=_forgotten)
+        .exclude(worker_id__in=FORGOTTEN.still_held())
         .update(lease_expires_at=until)
     )
 

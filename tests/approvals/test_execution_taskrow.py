@@ -56,10 +56,12 @@ def test_the_run_is_claimed_in_the_task_rows_claim_and_a_claim_never_taken_is_ha
     assert task.status == "FAILED"  # the task never started
     run = fresh(run)
     # Claimed with the task row, before the task failed to start: held, but no longer renewed.
-    assert run.status == "running" and run.worker_id in store._forgotten
+    assert run.status == "running" and run.worker_id in store.FORGOTTEN.still_held()
     assert Event.objects.filter(run=run, action="run_claimed").count() == 1
     _recover(run)
     assert fresh(run).status == "pending"
+    # Taken back: the forgotten execution holds nothing, and is no longer kept.
+    assert run.worker_id not in store.FORGOTTEN.still_held()
 
 
 def test_a_step_that_ends_without_an_outcome_keeps_the_stock_finish():
