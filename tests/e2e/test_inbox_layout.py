@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from .test_inbox import card_of, halted_run, login, open_inbox, row_of, tag
+from .test_inbox import card_of, halted_run, login, open_inbox, row_of, start_run, tag, wait_run
 
 pytestmark = pytest.mark.e2e
 
@@ -238,6 +238,144 @@ def test_wide_screens_use_their_width_and_toasts_stay_off_the_request(
         assert found["inView"], found
         assert not found["overlaps"], found["overlaps"]
     card.get_by_role("button", name=re.compile(r"^Approve\b")).click(trial=True, timeout=2_000)
+
+
+# The keyboard's cursor row and the list's last row against the toasts in sight, with the
+# scroll and where focus is: measured in one step in the page, so that a live swap cannot
+# come in between.
+ROWS_UNDER_TOASTS = """() => {
+  const toasts = Array.from(document.querySelectorAll('#toasts .toast'))
+    .map((t) => t.getBoundingClientRect()).filter((r) => r.width > 0 && r.height > 0);
+  const rows = Array.from(document.querySelectorAll('#request-rows li.row'));
+  const cursor = document.querySelector('#request-rows li.row.kb-cursor');
+  const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const where = (row) => {
+    if (!row) return null;
+    const r = row.getBoundingClientRect();  // a pixel's slack: subpixel layout
+    return { top: Math.round(r.top), bottom: Math.round(r.bottom),
+             inView: r.top >= -1 && r.bottom <= innerHeight + 1, covered: toasts.some((t) => hit(t, r)) };
+  };
+  const root = document.documentElement;
+  const active = document.activeElement;
+  return { toasts: toasts.length, toastsTop: Math.round(Math.min(...toasts.map((t) => t.top))),
+           rows: rows.length, at: rows.indexOf(cursor), cursor: where(cursor),
+           last: where(rows[rows.length - 1]), height: innerHeight, scrollY: Math.round(scrollY),
+           atEnd: Math.ceil(scrollY + innerHeight) >= root.scrollHeight,
+           focus: active && active.closest('#detail') ? 'detail' : active ? active.className || active.tagName : null,
+           focusedRow: active && rows.indexOf(active.closest('#request-rows li.row')),
+           focused: where(active && active.closest('#request-rows li.row')) };
+}"""
+
+
+def walk(page: Page, key: str, until, label: str) -> dict:
+    """Press `key` (j or k) until `until(found)`: at each step the cursor row is in sight,
+    clear of every toast, and toasts still show (else the test proves nothing)."""
+    found = page.evaluate(ROWS_UNDER_TOASTS)
+    for step in range(found["rows"] + 2):
+        page.keyboard.press(key)
+        found = page.evaluate(ROWS_UNDER_TOASTS)
+        where = f"{label}, {key} #{step + 1}: {found}"
+        assert found["toasts"] >= 1, f"the toasts went before the test ended ({where})"
+        assert found["at"] >= 0 and found["cursor"]["inView"], where
+        assert not found["cursor"]["covered"], f"the cursor row is under a toast ({where})"
+        if until(found):
+            return found
+    raise AssertionError(f"{label}: {key} never got there: {found}")
+
+
+def toasts_come(page: Page, api, prompt: str) -> None:
+    """Toasts, as in a busy inbox: a request arrives live, and is declined elsewhere."""
+    _, other = halted_run(api, prompt)
+    expect(row_of(page, other)).to_be_visible()
+    reason = f"not now {tag()}"
+    api.post(f"/api/requests/{other}/decline", json={"reason": reason})
+    expect(row_of(page, other)).to_have_count(0)  # the list shows pending requests
+    expect(page.locator("#toasts .toast", has_text=reason)).to_be_visible()
+
+
+def test_toasts_leave_the_keyboard_cursor_and_the_last_row_in_sight(app, api, contexts, shoot):
+    """Issue 14: on a wide screen toasts sit over the bottom of the list pane. While they
+    show, the page keeps room for them: j/k never leave the cursor on a row under a toast,
+    whether focus is on the page or in the open request, Tab shows the row it reaches clear
+    of them, and the last row can be scrolled clear of them; a field of the request taking
+    focus does not scroll the list. Without toasts the page keeps no such room."""
+    t = tag()
+    runs = [start_run(api, f"Refund order A-55{n:02d}, ${n} (room {t})") for n in range(12)]
+    for run_id in runs:
+        wait_run(api, run_id, "pending")
+    page = login(contexts(viewport={"width": 1280, "height": 720}), app, "reviewer")
+    open_inbox(page, app, f"q={t}")
+    expect(page.locator("#request-rows li.row")).to_have_count(12)
+    expect(page.locator("#triage-tools")).to_be_visible()  # inbox-keys.js is running
+
+    # toasts come; the list goes on below the screen
+    toasts_come(page, api, f"Refund order A-5599, $99 (room {t})")
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    found = page.evaluate(ROWS_UNDER_TOASTS)
+    assert found["toasts"] == 2 and found["rows"] == 12 and found["scrollY"] == 0, found
+    assert found["last"]["bottom"] > found["height"], f"the list fits the screen: {found}"
+
+    # j down to the last row, focus on the page
+    last = found["rows"] - 1
+    found = walk(page, "j", lambda f: f["at"] == last, "down")
+    assert found["scrollY"] > 0 and found["focus"] == "BODY", found
+    shoot(page, "1-cursor-at-the-end")
+
+    # scrolled to the bottom, the last row shows above the toasts
+    page.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight)")
+    found = page.evaluate(ROWS_UNDER_TOASTS)
+    assert found["toasts"] >= 1 and found["atEnd"], found
+    assert found["last"]["inView"] and not found["last"]["covered"], found
+    shoot(page, "2-scrolled-to-the-end")
+
+    # more toasts; the list at its top, its first rows under them: Tab from the last control
+    # above the list to the first row's checkbox and link, which show clear of the toasts
+    toasts_come(page, api, f"Refund order A-5598, $98 (room {t})")
+    page.evaluate("() => window.scrollTo(0, 0)")
+    found = page.evaluate(ROWS_UNDER_TOASTS)
+    assert found["toasts"] >= 1 and found["scrollY"] == 0, found
+    page.locator("#sound-toggle").focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    found = page.evaluate(ROWS_UNDER_TOASTS)
+    assert found["focus"] == "row-link" and found["focusedRow"] == 0, found
+    assert found["focused"]["inView"] and not found["focused"]["covered"], found
+    shoot(page, "3-tab-to-the-first-row")
+
+    # k up to the first row, which opens: focus goes to the request
+    walk(page, "k", lambda f: f["at"] == 0, "up")
+    page.keyboard.press("Enter")
+    card = page.locator("#detail article.card")
+    expect(card).to_be_focused()
+
+    # d goes to the decline reason in the request's pane (sticky, never under the toasts):
+    # the list stays where it was
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.keyboard.press("d")
+    expect(card.locator("textarea[name=reason]")).to_be_focused()
+    found = page.evaluate(ROWS_UNDER_TOASTS)
+    assert found["scrollY"] == 0 and found["focus"] == "detail", found
+    page.keyboard.press("Escape")
+    expect(card).to_be_focused()
+
+    # j down to the last row again, focus in the request's pane
+    found = walk(page, "j", lambda f: f["at"] == last, "down from the request")
+    assert found["scrollY"] > 0 and found["focus"] == "detail", found
+    shoot(page, "4-cursor-at-the-end-from-the-request")
+
+    # no toast, no room kept: the page ends with the list as before
+    room = page.evaluate(
+        """() => {
+          const kept = () => [
+            getComputedStyle(document.documentElement).scrollPaddingBottom,
+            getComputedStyle(document.querySelector('.list-pane')).paddingBottom,
+            getComputedStyle(document.querySelector('#request-rows li.row')).scrollMarginBottom];
+          const shown = kept();
+          document.querySelectorAll('#toasts .toast').forEach((t) => t.remove());
+          return [shown, kept()];
+        }"""
+    )
+    assert room[1] == ["auto", "0px", "0px"], room
 
 
 def test_reviewers_see_who_else_is_viewing_a_request(app, api, contexts, shoot):
