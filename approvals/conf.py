@@ -73,7 +73,7 @@ DEFAULTS: dict[str, Any] = {
     # A live inbox of every pending request shares one pending count per change; its chips'
     # counts (claimed by me, unclaimed...) are the viewer's own, so each such page counts
     # them at most once per this many seconds, after the change (0: after every change).
-    "LIVE_CHIP_SECONDS": 2.0,
+    "LIVE_CHIP_SECONDS": 5.0,
 }
 
 

@@ -390,7 +390,7 @@ TOOLNEXUS_STARTER_CANNOT_APPROVE = env_bool("TOOLNEXUS_STARTER_CANNOT_APPROVE", 
 # (seconds; approvals/conf.py says why each exists).
 TOOLNEXUS_CLAIM_MINUTES = env_int("TOOLNEXUS_CLAIM_MINUTES", 30)
 TOOLNEXUS_INBOX_COUNT_CAP = env_int("TOOLNEXUS_INBOX_COUNT_CAP", 1000, minimum=1)
-TOOLNEXUS_LIVE_CHIP_SECONDS = float(env("TOOLNEXUS_LIVE_CHIP_SECONDS", "2"))
+TOOLNEXUS_LIVE_CHIP_SECONDS = float(env("TOOLNEXUS_LIVE_CHIP_SECONDS", "5"))
 
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 

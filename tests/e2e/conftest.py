@@ -217,6 +217,8 @@ def app(tmp_path_factory, artifacts, pytestconfig) -> Iterator[App]:
         TOOLNEXUS_RUNS_PER_MINUTE="0",
         TOOLNEXUS_API_TOKEN_RATE="0",
         TOOLNEXUS_API_USER_RATE="0",
+        # Chip counts of a live inbox follow within 1 s, not the default 5: the checks wait less.
+        TOOLNEXUS_LIVE_CHIP_SECONDS="1",
     )
     database = None
     admin_url = ""
