@@ -4,6 +4,7 @@ this is a working local setup (SQLite file, in-memory channel layer, in-process 
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import secrets
 import socket
@@ -320,6 +321,17 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def env_float(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = env(name, str(default)).strip() or str(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RuntimeError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value < minimum:
+        raise RuntimeError(f"{name} must be a finite number of at least {minimum}, not {raw!r}")
+    return value
+
+
 def env_rate(name: str, default: str) -> str:
     """A rate as django-ninja's throttles take it, "N/unit" (s, sec, m, min, h, hour, d,
     day); "", "0" or "off" turns that throttle off. Checked here, not on the first request."""
@@ -390,7 +402,7 @@ TOOLNEXUS_STARTER_CANNOT_APPROVE = env_bool("TOOLNEXUS_STARTER_CANNOT_APPROVE", 
 # (seconds; approvals/conf.py says why each exists).
 TOOLNEXUS_CLAIM_MINUTES = env_int("TOOLNEXUS_CLAIM_MINUTES", 30)
 TOOLNEXUS_INBOX_COUNT_CAP = env_int("TOOLNEXUS_INBOX_COUNT_CAP", 1000, minimum=1)
-TOOLNEXUS_LIVE_CHIP_SECONDS = float(env("TOOLNEXUS_LIVE_CHIP_SECONDS", "5"))
+TOOLNEXUS_LIVE_CHIP_SECONDS = env_float("TOOLNEXUS_LIVE_CHIP_SECONDS", 5.0)
 
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 

@@ -219,8 +219,7 @@ class _Forgotten:
 
     def __init__(self) -> None:
         self.ids: set[str] = set()
-        # forget() and the heartbeat's prune run in different threads: an id forgotten
-        # while the heartbeat reads which ids still hold a run must not be pruned unread.
+        # forget() and the heartbeat's prune run in different threads.
         self.lock = threading.Lock()
 
     def forget(self, worker_id: str) -> None:
@@ -229,13 +228,19 @@ class _Forgotten:
 
     def still_held(self) -> list[str]:
         """The forgotten ids that still hold a run (one query, none when nothing is
-        forgotten); the others are dropped."""
+        forgotten); the others are dropped. The query runs outside the lock: `forget` is
+        called when the database fails, and must not wait on a heartbeat's query."""
         with self.lock:
-            if self.ids:
-                held = Run.objects.filter(
-                    status=RunStatus.RUNNING, worker_id__in=self.ids
-                ).values_list("worker_id", flat=True)
-                self.ids.intersection_update(held)
+            asked = set(self.ids)
+        if asked:
+            held = set(
+                Run.objects.filter(status=RunStatus.RUNNING, worker_id__in=asked).values_list(
+                    "worker_id", flat=True
+                )
+            )
+            with self.lock:
+                self.ids -= asked - held  # an id forgotten meanwhile was not asked: kept
+        with self.lock:
             return sorted(self.ids)
 
 

@@ -390,24 +390,23 @@ class InboxConsumer(_Base):
             self.chip_counting = asyncio.get_running_loop().create_task(self._count_chips())
 
     async def _count_chips(self) -> None:
-        while self.chips_stale and not self.ended:
-            await asyncio.sleep(max(0.0, float(app_settings.LIVE_CHIP_SECONDS or 0)))
-            if not self._plain() or not await self.still_allowed():
-                return  # a filtered list's counts come with its count; a page gone: none
-            # Every change that arrived until now is committed: this count reflects it. One
-            # arriving from now on may not be: it marks the chips stale again.
-            self.chips_stale = False
-            params = self.params
-            try:
+        try:
+            while self.chips_stale and not self.ended:
+                await asyncio.sleep(max(0.0, float(app_settings.LIVE_CHIP_SECONDS or 0)))
+                if not self._plain() or not await self.still_allowed():
+                    return  # a filtered list's counts come with its count; a page gone: none
+                # Every change that arrived until now is committed: this count reflects it.
+                # One arriving from now on may not be: it marks the chips stale again.
+                self.chips_stale = False
+                params = self.params
                 counts = await database_sync_to_async(
                     rendering.list_counts, thread_sensitive=False
                 )(self.scope["user"], params)
-            except Exception:  # the chips heal at the next change or reconnect
-                log.exception("counting the inbox chips for a live page failed")
-                continue
-            if self.ended or self.params != params:
-                continue  # the page changed its filters meanwhile: its new list has its chips
-            await self.push(rendering.chip_counts_html(counts["chips"]))
+                if self.ended or self.params != params:
+                    continue  # the page changed its filters meanwhile: its new list has chips
+                await self.push(rendering.chip_counts_html(counts["chips"]))
+        except Exception:  # nothing escapes the task: the chips heal at the next change
+            log.exception("counting the inbox chips for a live page failed")
 
     def _plain(self) -> bool:
         """A list of every pending request (any sort): its count is the pending count."""

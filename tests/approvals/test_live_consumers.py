@@ -1006,3 +1006,36 @@ async def test_closing_a_plain_page_cancels_its_pending_chip_count(settings, chi
     await comm.disconnect()  # within the window: its count is due in 0.3 s
     await asyncio.sleep(0.6)
     assert chip_countings == []
+
+
+async def test_a_failing_chip_count_is_logged_and_the_next_change_counts_again(
+    settings, monkeypatch, caplog
+):
+    import asyncio
+
+    from approvals.live import rendering
+
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0.1
+    original = rendering.chip_counts_html
+    failures = [RuntimeError("the template went away")]
+
+    def render_or_fail(*args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rendering, "chip_counts_html", render_or_fail)
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    try:
+        await get_channel_layer().group_send(INBOX_GROUP, _event(row, change="one", toast=""))
+        await asyncio.sleep(0.5)
+        assert "counting the inbox chips for a live page failed" in caplog.text
+        frames = await _frames_until_quiet(comm, quiet=0.3)
+        assert not [f for f in frames if "chip-count" in f]  # that count failed: no frame
+        # the task ended cleanly (nothing unretrieved), and the next change counts again
+        await get_channel_layer().group_send(INBOX_GROUP, _event(row, change="two", toast=""))
+        assert "chip-count" in await _frame_with(comm, "chip-count")
+    finally:
+        await comm.disconnect()
