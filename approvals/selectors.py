@@ -343,15 +343,6 @@ def _viewer_hides_q(user_id: Any, now: Any) -> QuerySet[RequestHide]:
     )
 
 
-def _with_viewer_hidden(qs: QuerySet[ApprovalRequest], user_id: Any, now: Any) -> QuerySet:
-    """For rows (ordered, limited): `viewer_hidden` as EXISTS (an anti-join when filtered
-    on) and `hidden_until`, a subquery evaluated only for the rows returned."""
-    hides = _viewer_hides(user_id, now)
-    return qs.annotate(
-        viewer_hidden=Exists(hides), hidden_until=Subquery(hides.values("until")[:1])
-    )
-
-
 def _search_q(text: str) -> Q:
     """Case-insensitive substring over the stored lowercased search text (see
     ApprovalRequest.search_text: prompt, agent, tool names, arguments). On PostgreSQL a
@@ -359,35 +350,25 @@ def _search_q(text: str) -> Q:
     return Q(search_text__contains=text.lower())
 
 
-def _inbox_base(
-    query: InboxQuery, *, hidden_agents: Collection[str], rows: bool = False
-) -> QuerySet[ApprovalRequest]:
-    """The query's state, agent, kind and search filters, and per-agent access; with `rows`,
-    `request_list`'s joins and prefetch (the claim holder's too) for showing the rows."""
-    if rows:
-        qs = request_list(
-            state=None if query.state == "all" else query.state,
-            agent=query.agent or None,
-            kind=query.kind or None,
-            hidden_agents=hidden_agents,
-        )
-    else:
-        qs = ApprovalRequest.objects.all()
-        if hidden_agents:
-            qs = qs.exclude(agent__in=sorted(hidden_agents))
-        if query.state and query.state != "all":
-            qs = qs.filter(state=query.state)
-        if query.agent:
-            qs = qs.filter(agent=query.agent)
-        if query.kind:
-            qs = qs.filter(kind=query.kind)
+def _inbox_base(query: InboxQuery, *, hidden_agents: Collection[str]) -> QuerySet[ApprovalRequest]:
+    """The query's state, agent, kind and search filters, and per-agent access."""
+    qs = ApprovalRequest.objects.all()
+    if hidden_agents:
+        qs = qs.exclude(agent__in=sorted(hidden_agents))
+    if query.state and query.state != "all":
+        qs = qs.filter(state=query.state)
+    if query.agent:
+        qs = qs.filter(agent=query.agent)
+    if query.kind:
+        qs = qs.filter(kind=query.kind)
     if query.q:
         qs = qs.filter(_search_q(query.q))
     return qs
 
 
 def _chip_conditions(query: InboxQuery, *, user_id: Any, now: Any) -> dict[str, Q]:
-    """Each chip's filter as a condition on rows annotated by `_with_viewer_hidden`."""
+    """Each chip's filter as a condition on rows annotated with `viewer_hidden` (see
+    `inbox_matching`)."""
     active = _active_claim_q(now)
     return {
         "mine": active & Q(claimed_by_id=user_id),
@@ -445,14 +426,29 @@ def inbox_requests(
     whatever the row count). Rows carry `viewer_hidden` (bool) and `hidden_until` (the
     viewer's snooze end; None when not hidden or ignored without an end)."""
     now = now or timezone.now()
-    chips = _chip_conditions(query, user_id=user_id, now=now)
-    own = _query_conditions(query, chips)
-    qs = _with_viewer_hidden(
-        _inbox_base(query, hidden_agents=hidden_agents, rows=True), user_id, now
-    ).filter(_all_of(own.values()))
+    hides = _viewer_hides(user_id, now)
+    qs = (
+        inbox_matching(query, user_id=user_id, hidden_agents=hidden_agents, now=now)
+        .annotate(hidden_until=Subquery(hides.values("until")[:1]))
+        .select_related("run", "decided_by", "claimed_by")
+        .prefetch_related(Prefetch("calls", queryset=_calls_in_order()))
+    )
     # A row shows the run's prompt only: its transcript and the like stay unread.
-    qs = qs.defer(*INBOX_ROW_DEFERRED)
-    return qs.order_by(*_inbox_order(query.sort))
+    return qs.defer(*INBOX_ROW_DEFERRED).order_by(*_inbox_order(query.sort))
+
+
+def inbox_matching(
+    query: InboxQuery, *, user_id: Any, hidden_agents: Collection[str] = (), now: Any = None
+) -> QuerySet[ApprovalRequest]:
+    """The rows the query lists, from the request table alone (no joins, no order): its
+    filters, search, claim and overdue filters and the viewer's snoozed / ignored ones."""
+    now = now or timezone.now()
+    own = _query_conditions(query, _chip_conditions(query, user_id=user_id, now=now))
+    return (
+        _inbox_base(query, hidden_agents=hidden_agents)
+        .annotate(viewer_hidden=Exists(_viewer_hides(user_id, now)))
+        .filter(_all_of(own.values()))
+    )
 
 
 def inbox_page(
@@ -471,17 +467,9 @@ def inbox_page(
     (bench/inbox_scale.py at 100k: a search with the deadline sort joined 1000 rows' runs
     for 21). The rows carry no `viewer_hidden` / `hidden_until`: the list does not show them.
     """
-    now = now or timezone.now()
-    chips = _chip_conditions(query, user_id=user_id, now=now)
-    own = _query_conditions(query, chips)
     order = _inbox_order(query.sort)
-    keys = (
-        _inbox_base(query, hidden_agents=hidden_agents)
-        .annotate(viewer_hidden=Exists(_viewer_hides(user_id, now)))
-        .filter(_all_of(own.values()))
-        .order_by(*order)
-        .values("pk")[start:stop]
-    )
+    matching = inbox_matching(query, user_id=user_id, hidden_agents=hidden_agents, now=now)
+    keys = matching.order_by(*order).values("pk")[start:stop]
     rows = (
         ApprovalRequest.objects.filter(pk__in=keys)
         .select_related("run", "decided_by", "claimed_by")
@@ -660,14 +648,8 @@ def request_ids_matching(
 ) -> list[str]:
     """The request ids of every row the query matches ("select all matching"), in the
     query's order, at most `limit` (one query)."""
-    now = now or timezone.now()
-    chips = _chip_conditions(query, user_id=user_id, now=now)
-    own = _query_conditions(query, chips)
-    qs = (
-        _with_viewer_hidden(_inbox_base(query, hidden_agents=hidden_agents), user_id, now)
-        .filter(_all_of(own.values()))
-        .order_by(*_inbox_order(query.sort))
-    )
+    qs = inbox_matching(query, user_id=user_id, hidden_agents=hidden_agents, now=now)
+    qs = qs.order_by(*_inbox_order(query.sort))
     return list(qs.values_list("request_id", flat=True)[: max(0, int(limit))])
 
 

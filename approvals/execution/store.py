@@ -232,15 +232,15 @@ class _Forgotten:
         called when the database fails, and must not wait on a heartbeat's query."""
         with self.lock:
             asked = set(self.ids)
+        held: set[str] = set()
         if asked:
             held = set(
                 Run.objects.filter(status=RunStatus.RUNNING, worker_id__in=asked).values_list(
                     "worker_id", flat=True
                 )
             )
-            with self.lock:
-                self.ids -= asked - held  # an id forgotten meanwhile was not asked: kept
         with self.lock:
+            self.ids -= asked - held  # an id forgotten meanwhile was not asked: kept
             return sorted(self.ids)
 
 

@@ -222,7 +222,7 @@ def matches_query(request_pk: int, user_id, params: dict[str, str], hidden) -> b
     """Whether a viewer's list (its search, hidden-only filter) shows this request now."""
     query = selectors.InboxQuery.from_params(params)
     return (
-        selectors.inbox_requests(query, user_id=user_id, hidden_agents=hidden)
+        selectors.inbox_matching(query, user_id=user_id, hidden_agents=hidden)
         .filter(pk=request_pk)
         .exists()
     )

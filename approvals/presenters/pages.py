@@ -143,8 +143,9 @@ class _PageRows:
         return self.fetch(window.start or 0, window.stop)
 
 
-def _page(qs, fetch, counted: int, page_number) -> tuple[InboxPage, bool]:
-    """One page of the rows (`fetch(start, stop)`; `qs`: the matching rows), and whether the count was capped (see selectors.inbox_counts).
+def _page(matching, fetch, counted: int, page_number) -> tuple[InboxPage, bool]:
+    """One page of the rows (`fetch(start, stop)`), and whether the count was capped (see
+    selectors.inbox_counts; `matching()`: the rows' queryset, read only past the end).
     Counted already: no COUNT query for a page. Within the cap the count numbers the pages
     (a number past the end reads the last page). Past it every page with rows stays
     reachable: PAGE_SIZE + 1 rows are read (the same query), and Next is offered only when
@@ -167,7 +168,7 @@ def _page(qs, fetch, counted: int, page_number) -> tuple[InboxPage, bool]:
     rows = fetched[:PAGE_SIZE]
     last_page = 0
     if not rows and number > 1:
-        before = qs.order_by().values("pk")[:start].count()
+        before = matching().order_by().values("pk")[:start].count()
         last_page = -(-before // PAGE_SIZE)  # rounded up
     return InboxPage(rows, number, len(fetched) > PAGE_SIZE, last_page=last_page), True
 
@@ -235,14 +236,14 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
     counted = counts_context(user, params, now=now)
     query = counted["query"]
     hidden = hidden_agents(user)  # per-agent access: not listed, not counted
-    qs = selectors.inbox_requests(query, user_id=user.pk, hidden_agents=hidden, now=now)
+    reads = {"user_id": user.pk, "hidden_agents": hidden, "now": now}
 
     def fetch(start: int, stop: int) -> list[ApprovalRequest]:
-        return selectors.inbox_page(
-            query, user_id=user.pk, hidden_agents=hidden, now=now, start=start, stop=stop
-        )
+        return selectors.inbox_page(query, start=start, stop=stop, **reads)
 
-    page, capped = _page(qs, fetch, counted["count"], page_number)
+    page, capped = _page(
+        lambda: selectors.inbox_matching(query, **reads), fetch, counted["count"], page_number
+    )
     filters = query.as_params()
     filter_query = urlencode(filters)
     selected = selected_id(params)
