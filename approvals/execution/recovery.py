@@ -42,7 +42,7 @@ def runs_recover_stale(*, now: datetime | None = None) -> int:
             run.lease_expires_at = None
             run.save()
             enqueue(run)
-            events.announce(run_id=run.pk)
+            events.announce(run_id=run.pk, status_only=True)
             recovered += 1
     return recovered
 

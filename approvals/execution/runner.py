@@ -219,7 +219,7 @@ def run_requeue(*, run_id: int, worker_id: str, reason: str) -> None:
         run.lease_expires_at = None
         run.save()
         enqueue(run)
-        events.announce(run_id=run.pk)
+        events.announce(run_id=run.pk, status_only=True)
 
 
 def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answer:

@@ -69,7 +69,7 @@ def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest
         run.error = ""
         run.save(update_fields=[*_CLAIM_FIELDS, "updated_at"])
         request = request_to_apply(run)
-        events.announce(run_id=run.pk)
+        events.announce(run_id=run.pk, status_only=True)
     return run, request
 
 

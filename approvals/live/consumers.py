@@ -543,6 +543,8 @@ class InboxConsumer(_Base):
 
 class RunConsumer(_Base):
     permission = "approvals.view_run"
+    next_change: str | None = None  # the newest change not yet rendered
+    body_stale = False  # whether a change since the last rendering touched more than the status
 
     @property
     def run_id(self) -> int:
@@ -573,24 +575,35 @@ class RunConsumer(_Base):
         return rendering.run_body(self.run_id, **self._variants())
 
     async def approvals_run(self, event: dict) -> None:
-        """Render and send the run's body as of the latest change. The rendering runs beside
-        the message loop: changes that arrive meanwhile (a resume makes several within
+        """Render and send the run's body as of the latest change (only its status line when
+        no change since the last rendering touched more). The rendering runs beside the
+        message loop: changes that arrive meanwhile (a resume makes several within
         milliseconds) are coalesced into one rendering of the newest."""
         if not await self.still_allowed():
             return
         self.next_change = event["change"]
+        if not event.get("status_only"):
+            self.body_stale = True
         if getattr(self, "sending", None) is None or self.sending.done():
             self.sending = asyncio.get_running_loop().create_task(self._send_latest())
 
     async def _send_latest(self) -> None:
         while self.next_change is not None:
             change, self.next_change = self.next_change, None
+            whole, self.body_stale = self.body_stale, False
+            variants = self._variants()
             try:
-                html = await rendering.run_body_for_change(
-                    self.run_id, change=change, **self._variants()
-                )
+                if whole:
+                    html = await rendering.run_body_for_change(
+                        self.run_id, change=change, **variants
+                    )
+                else:
+                    html = await rendering.run_head_for_change(
+                        self.run_id, change=change, can_decide=variants["can_decide"]
+                    )
             except Exception:  # the page heals at the next change or reconnect
                 log.exception("rendering run %s for a live page failed", self.run_id)
+                self.body_stale = self.body_stale or whole  # the next change renders it all
                 continue
             await self.push(html)
 

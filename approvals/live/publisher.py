@@ -80,12 +80,19 @@ def request_message(
     }
 
 
-def run_message(run_id: int, *, change: str) -> dict[str, Any]:
-    return {"type": "approvals.run", "change": change, "run_id": run_id}
+def run_message(run_id: int, *, change: str, status_only: bool = False) -> dict[str, Any]:
+    """`status_only`: only the run's status line changed (a worker took the run or gave it
+    back), so its pages re-render only that."""
+    return {"type": "approvals.run", "change": change, "run_id": run_id, "status_only": status_only}
 
 
 def messages_for(
-    *, run_id: int, request_pk: int | None, created: bool, row: ApprovalRequest | None
+    *,
+    run_id: int,
+    request_pk: int | None,
+    created: bool,
+    row: ApprovalRequest | None,
+    status_only: bool = False,
 ) -> list[tuple[str, dict[str, Any]]]:
     """`row`: the request as the write left it in memory (its decider and, for a pending
     one, its run at hand), or None to read it."""
@@ -100,7 +107,7 @@ def messages_for(
                 starter = _starter_of(row)
             message = request_message(row, created=created, change=change, started_by_id=starter)
             out.append((INBOX_GROUP, message))
-    out.append((run_group(run_id), run_message(run_id, change=change)))
+    out.append((run_group(run_id), run_message(run_id, change=change, status_only=status_only)))
     return out
 
 
@@ -133,10 +140,20 @@ def notify_user(user_id: int, message: dict[str, Any]) -> None:
 
 
 def _on_change(
-    sender, *, run_id: int, request_pk: int | None, created: bool, row: Any, **signal: Any
+    sender,
+    *,
+    run_id: int,
+    request_pk: int | None,
+    created: bool,
+    row: Any,
+    status_only: bool = False,
+    **signal: Any,
 ) -> None:
     try:
-        send(messages_for(run_id=run_id, request_pk=request_pk, created=created, row=row))
+        messages = messages_for(
+            run_id=run_id, request_pk=request_pk, created=created, row=row, status_only=status_only
+        )
+        send(messages)
     except Exception:
         log.exception("live push for run %s (request %s) failed", run_id, request_pk)
 

@@ -146,6 +146,29 @@ async def run_body_for_change(
     )
 
 
+def run_head(run_id: int, *, can_decide: bool) -> str:
+    """The run page's status line alone, out of band: for a change of the run's status that
+    touched neither its transcript nor its requests (`status_only`), a fraction of
+    `run_body`'s cost (one query, the transcript not read)."""
+    run = (
+        Run.objects.filter(pk=run_id)
+        .select_related("started_by")
+        .defer("messages", "prompt", "system_prompt", "text")
+        .first()
+    )
+    if run is None:
+        return render_to_string("approvals/_live.html#run-gone")
+    return render_to_string(
+        "approvals/run_detail.html#run-head",
+        {"run": run, "can_decide": can_decide, "head_oob": True, **NO_REQUEST},
+    )
+
+
+async def run_head_for_change(run_id: int, *, change: str, can_decide: bool) -> str:
+    key = f"run-head:{run_id}:{change}:{can_decide:d}"
+    return await FRAGMENTS.get(key, lambda: run_head(run_id, can_decide=can_decide))
+
+
 def request_list(user, params: dict[str, str], page: int | str | None) -> str:
     """The inbox's list for one viewer, out of band (a page's snapshot on (re)connect), with
     its chips (their counts) and the selected request's card when `params` names one."""

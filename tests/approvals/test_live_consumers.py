@@ -786,6 +786,74 @@ async def test_a_burst_of_run_changes_is_rendered_once_for_the_newest(monkeypatc
         await comm.disconnect()
 
 
+async def test_a_status_only_change_pushes_the_status_line_alone():
+    """A worker taking the run changes its status line only: that is what the page gets, not
+    the whole body (whose transcript is the costly part to render)."""
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    layer = get_channel_layer()
+    try:
+        await layer.group_send(
+            run_group(run.pk), publisher.run_message(run.pk, change="s1", status_only=True)
+        )
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame.lstrip().startswith(
+            '<section class="run-head" id="run-head" aria-label="Status" hx-swap-oob="true">'
+        )
+        assert "status-pending" in frame
+        assert "Cancel this run" in frame
+        assert 'id="run-body"' not in frame and "Transcript" not in frame
+
+        await layer.group_send(run_group(run.pk), publisher.run_message(run.pk, change="f1"))
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame.lstrip().startswith('<div id="run-body" hx-swap-oob="true">')
+    finally:
+        await comm.disconnect()
+
+
+async def test_changes_coalesced_render_the_whole_body_when_any_of_them_needs_it(monkeypatch):
+    """A full change followed by status-only ones while a rendering runs: the newest is
+    rendered whole (the status line alone would leave the transcript behind); and a whole
+    rendering that fails is owed to the next change, even a status-only one."""
+    import time as clock
+
+    from approvals.live import rendering
+
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    original = rendering.run_body
+    calls = []
+
+    def slow_then_failing(run_id, **kwargs):
+        calls.append(run_id)
+        clock.sleep(0.3)
+        if len(calls) == 3:
+            raise RuntimeError("the database went away")
+        return original(run_id, **kwargs)
+
+    monkeypatch.setattr(rendering, "run_body", slow_then_failing)
+    layer = get_channel_layer()
+    group = run_group(run.pk)
+    try:
+        await layer.group_send(group, publisher.run_message(run.pk, change="a"))
+        await layer.group_send(group, publisher.run_message(run.pk, change="b"))
+        await layer.group_send(group, publisher.run_message(run.pk, change="c", status_only=True))
+        frames = [await comm.receive_from(timeout=TIMEOUT) for _ in range(2)]
+        assert all(f.lstrip().startswith('<div id="run-body"') for f in frames)
+        assert len(calls) == 2  # "a", then "b" and "c" as one whole rendering
+
+        await layer.group_send(group, publisher.run_message(run.pk, change="d"))  # fails
+        assert await comm.receive_nothing(timeout=0.6)
+        await layer.group_send(group, publisher.run_message(run.pk, change="e", status_only=True))
+        frame = await comm.receive_from(timeout=TIMEOUT)
+        assert frame.lstrip().startswith('<div id="run-body"'), frame[:80]
+        assert len(calls) == 4
+    finally:
+        await comm.disconnect()
+
+
 # -- a request's own page ----------------------------------------------------------------------
 
 

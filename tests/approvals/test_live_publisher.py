@@ -71,3 +71,18 @@ def test_a_rolled_back_change_is_never_pushed(monkeypatch):
         raise RuntimeError("the caller fails after the decision")
     assert sent == []
     assert run.requests.get().state == "pending"
+
+
+def test_only_a_worker_taking_a_run_is_a_status_only_change(monkeypatch):
+    """A claim changes the run's status line alone (its pages re-render only that); the
+    decision before it and the step's result after it change the transcript too."""
+    from .factories import drain
+
+    user = make_user()
+    run = start_and_halt(user=user)
+    sent = []
+    monkeypatch.setattr(publisher, "send", sent.append)
+    services.request_decline(request_id=run.requests.get().request_id, user=user, reason="no")
+    drain()
+    run_messages = [m for batch in sent for group, m in batch if group == run_group(run.pk)]
+    assert [m["status_only"] for m in run_messages] == [False, True, False]
