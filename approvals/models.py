@@ -259,7 +259,9 @@ class RequestCall(models.Model):
     reason = models.TextField(blank=True, default="")
 
     class Meta:
-        ordering = ["request", "position"]
+        # By the key, not "request" (which follows the request's own ordering: a join to the
+        # request table in every read of calls); newer requests first, as that order put them.
+        ordering = ["-request_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["request", "call_id"], name="call_unique_per_request")
         ]
@@ -309,7 +311,8 @@ class ToolExecution(models.Model):
     is_error = models.BooleanField(default=False)
 
     class Meta:
-        ordering = ["run", "started_at"]
+        # By the key, not "run" (a join to the run table in every read); newer runs first.
+        ordering = ["-run_id", "started_at"]
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "message_index", "call_id"], name="execution_once_per_call"

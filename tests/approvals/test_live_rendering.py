@@ -207,3 +207,29 @@ async def test_text_that_looks_like_a_token_placeholder_stays_text():
         assert "csrfmiddlewaretoken" not in frame
     finally:
         await comm.disconnect()
+
+
+def test_a_run_pages_renderings_read_only_what_they_show():
+    """The whole body: the run, its requests, their calls and the MCP journal, each read from
+    its own table (calls and executions joined the request and run tables only to sort by
+    them); the status line alone: one read of the run, without its transcript."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user = make_user()
+    run = start_and_halt(user=user)
+    with CaptureQueriesContext(connection) as whole:
+        body = rendering.run_body(run.pk, can_decide=True)
+    reads = [q["sql"] for q in whole.captured_queries]
+    assert len(reads) == 4, reads
+    calls = [s for s in reads if s.startswith('SELECT "approvals_requestcall"')]
+    journal = [s for s in reads if 'FROM "approvals_toolexecution"' in s]
+    assert calls and journal and not any("JOIN" in s for s in calls + journal), reads
+    assert "Transcript" in body and 'id="run-head"' in body
+
+    with CaptureQueriesContext(connection) as status:
+        head = rendering.run_head(run.pk, can_decide=True)
+    (read,) = [q["sql"] for q in status.captured_queries]
+    assert '"messages"' not in read and '"prompt"' not in read
+    assert head.lstrip().startswith('<section class="run-head" id="run-head"')
+    assert "status-pending" in head and "Transcript" not in head
