@@ -14,6 +14,7 @@ holds in `<body hx-headers>`. Nothing is ever substituted into rendered HTML.
 from __future__ import annotations
 
 import asyncio
+import functools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -196,6 +197,9 @@ def list_counts(user, params: dict[str, str]) -> dict:
     return counts_context(user, params)
 
 
+# The frames below depend on their arguments alone (no query, nothing per viewer beyond
+# them): a change reaching a hundred open inboxes of a process renders each variant once.
+@functools.lru_cache(maxsize=64)
 def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
     return render_to_string(
         "approvals/inbox.html#request-count",
@@ -251,8 +255,20 @@ def matches_query(request_pk: int, user_id, params: dict[str, str], hidden) -> b
     )
 
 
-def inbox_update(**context) -> str:
-    return render_to_string("approvals/_live.html#inbox-update", context)
+def inbox_update(
+    *, row: str = "", card: str = "", prepend: bool = False, drop: str = "", toast=None
+) -> str:
+    """A change's frame for an inbox: its row, the detail pane's card, the row to drop, the
+    toast (a dict of text, level, about)."""
+    return _inbox_update(row, card, prepend, drop, tuple(sorted((toast or {}).items())))
+
+
+@functools.lru_cache(maxsize=256)
+def _inbox_update(row: str, card: str, prepend: bool, drop: str, toast: tuple) -> str:
+    return render_to_string(
+        "approvals/_live.html#inbox-update",
+        {"row": row, "card": card, "prepend": prepend, "drop": drop, "toast": dict(toast)},
+    )
 
 
 def presence_html(request_pk: int, names: list[str]) -> str:

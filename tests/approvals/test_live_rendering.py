@@ -209,6 +209,28 @@ async def test_text_that_looks_like_a_token_placeholder_stays_text():
         await comm.disconnect()
 
 
+def test_a_frame_that_depends_on_its_arguments_alone_is_rendered_once_per_variant(monkeypatch):
+    """Every open inbox of a process builds the same frame for a decision (the row to drop,
+    the toast): the template runs once per variant, not once per page."""
+    from django.template import loader
+
+    renders = []
+    real = loader.render_to_string
+    monkeypatch.setattr(
+        rendering, "render_to_string", lambda *a, **k: renders.append(a[0]) or real(*a, **k)
+    )
+    toast = {"text": "Declined by ann: <b>no</b>", "about": "request-9901"}
+    frames = [rendering.inbox_update(drop="row-9901", toast=dict(toast)) for _ in range(30)]
+    mine = rendering.inbox_update(drop="row-9901", toast={**toast, "level": "success"})
+    assert len(set(frames)) == 1 and mine != frames[0]
+    assert renders.count("approvals/_live.html#inbox-update") == 2
+    assert '<div id="row-9901" hx-swap-oob="delete"></div>' in frames[0]
+    assert "Declined by ann: &lt;b&gt;no&lt;/b&gt;" in frames[0]
+    assert 'class="toast success"' in mine
+    counts = {rendering.pending_count_html(9902, 9902, "pending") for _ in range(30)}
+    assert len(counts) == 1 and renders.count("approvals/inbox.html#request-count") == 1
+
+
 def test_a_run_pages_renderings_read_only_what_they_show():
     """The whole body: the run, its requests, their calls and the MCP journal, each read from
     its own table (calls and executions joined the request and run tables only to sort by
