@@ -262,6 +262,7 @@ def _decide_relay_calls(
         else:
             raise InvalidInput(f"{prefix}decision: must be approve, output or decline")
         call.save()
+    row.listed_calls = call_rows  # as saved: the reply shows them without reading them again
     if all(c.decision == Decision.DECLINE for c in call_rows):
         reasons = sorted({c.reason for c in call_rows})
         return State.DECLINED, answer_declined(
@@ -393,10 +394,12 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
     reason = clean_reason(reason)
     with transaction.atomic():
         row = lock_for_decision(user, request_id, approving=False)
-        for call in row.calls.select_for_update():
+        calls = list(row.calls.select_for_update())
+        for call in calls:
             call.decision, call.reason = Decision.DECLINE, reason
             call.output, call.is_error = decline_text(call.tool_name, reason), True
             call.save(update_fields=["decision", "reason", "output", "is_error"])
+        row.listed_calls = calls  # as saved: the reply shows them without reading them again
         told = DEFAULT_DECLINE if row.kind == ELICITATION_KIND else reason
         _decide(row, user, State.DECLINED, answer_declined(row.request_id, told), reason)
     return row
