@@ -11,10 +11,14 @@ each missing or misplaced piece with an id and a hint that shows what to write:
 - approvals.E005  "approvals" is listed after "django_tasks_db" (its `db_worker` would be
                   the stock one: no run leases, no expiry, no recovery)
 - approvals.E006  the app's URLs are not included in ROOT_URLCONF
+- approvals.E007  a triage setting out of its range (TOOLNEXUS_CLAIM_MINUTES,
+                  TOOLNEXUS_INBOX_COUNT_CAP, TOOLNEXUS_LIVE_CHIP_SECONDS): said at start, not
+                  as a failing page later (a claim lasting past year 1 overflows the date)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +26,8 @@ from django.conf import settings
 from django.core import checks
 from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
+
+from .conf import app_settings, setting_name
 
 HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
 TASK_BACKEND = "django_tasks_db.DatabaseBackend"
@@ -154,12 +160,41 @@ def check_urls(**kwargs: Any) -> list[checks.CheckMessage]:
     return []
 
 
+# (name, smallest, largest, whole numbers only): the triage settings' ranges.
+MAX_CLAIM_MINUTES = 525_600  # a year; 0 means a claim never lapses
+TRIAGE_RANGES = [
+    ("CLAIM_MINUTES", 0, MAX_CLAIM_MINUTES, True),
+    ("INBOX_COUNT_CAP", 1, 10_000_000, True),
+    ("LIVE_CHIP_SECONDS", 0, 86_400, False),
+]
+
+
+def check_triage_settings(**kwargs: Any) -> list[checks.CheckMessage]:
+    errors = []
+    for name, low, high, whole in TRIAGE_RANGES:
+        value = getattr(app_settings, name)
+        kinds = (int,) if whole else (int, float)
+        number = isinstance(value, kinds) and not isinstance(value, bool)
+        if number and math.isfinite(value) and low <= value <= high:
+            continue
+        kind = "a whole number" if whole else "a number"
+        errors.append(
+            checks.Error(
+                f"{setting_name(name)} is {value!r}: it must be {kind} from {low} to {high}.",
+                hint=f"Set {setting_name(name)} in settings (or the environment) within range.",
+                id="approvals.E007",
+            )
+        )
+    return errors
+
+
 SETTINGS_CHECKS = [
     check_middleware,
     check_task_backend,
     check_installed_apps,
     check_channel_layer,
     check_app_order,
+    check_triage_settings,
 ]
 
 

@@ -310,7 +310,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(env("TOOLNEXUS_MAX_BODY_BYTES", str(256 * 1024
 # -- sign-in lockout, throttles, API tokens, per-agent access (operations.md, "Security settings")
 
 
-def env_int(name: str, default: int, minimum: int = 0) -> int:
+def env_int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
     raw = env(name, str(default)).strip() or str(default)
     try:
         value = int(raw)
@@ -318,6 +318,8 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
         raise RuntimeError(f"{name} must be a whole number, not {raw!r}") from None
     if value < minimum:
         raise RuntimeError(f"{name} must be at least {minimum}, not {value}")
+    if maximum is not None and value > maximum:
+        raise RuntimeError(f"{name} must be at most {maximum}, not {value}")
     return value
 
 
@@ -400,8 +402,10 @@ TOOLNEXUS_STARTER_CANNOT_APPROVE = env_bool("TOOLNEXUS_STARTER_CANNOT_APPROVE", 
 # The triage inbox: how long a claim lasts (minutes; 0: until released), where counts stop
 # ("1000+"), and how often a live inbox of every pending request recounts its chips
 # (seconds; approvals/conf.py says why each exists).
-TOOLNEXUS_CLAIM_MINUTES = env_int("TOOLNEXUS_CLAIM_MINUTES", 30)
-TOOLNEXUS_INBOX_COUNT_CAP = env_int("TOOLNEXUS_INBOX_COUNT_CAP", 1000, minimum=1)
+TOOLNEXUS_CLAIM_MINUTES = env_int("TOOLNEXUS_CLAIM_MINUTES", 30, maximum=525_600)  # a year
+TOOLNEXUS_INBOX_COUNT_CAP = env_int(
+    "TOOLNEXUS_INBOX_COUNT_CAP", 1000, minimum=1, maximum=10_000_000
+)
 TOOLNEXUS_LIVE_CHIP_SECONDS = env_float("TOOLNEXUS_LIVE_CHIP_SECONDS", 5.0)
 
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------

@@ -391,3 +391,27 @@ def test_approvals_groups_command():
     assert "decide_request" not in Group.objects.get(name="Watchers").permissions.values_list(
         "codename", flat=True
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TOOLNEXUS_CLAIM_MINUTES", 10**9),  # past year 1: the lapse date overflows
+        ("TOOLNEXUS_CLAIM_MINUTES", -1),
+        ("TOOLNEXUS_CLAIM_MINUTES", "30"),
+        ("TOOLNEXUS_INBOX_COUNT_CAP", 0),
+        ("TOOLNEXUS_LIVE_CHIP_SECONDS", float("nan")),
+        ("TOOLNEXUS_LIVE_CHIP_SECONDS", -0.5),
+    ],
+)
+def test_check_e007_triage_settings_out_of_range(settings, name, value):
+    setattr(settings, name, value)
+    (error,) = checks.check_triage_settings()
+    assert error.id == "approvals.E007" and name in error.msg and name in error.hint
+
+
+def test_check_e007_accepts_the_ranges_ends(settings):
+    settings.TOOLNEXUS_CLAIM_MINUTES = checks.MAX_CLAIM_MINUTES
+    settings.TOOLNEXUS_LIVE_CHIP_SECONDS = 0
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 1
+    assert checks.check_triage_settings() == []

@@ -400,3 +400,20 @@ def test_common_and_numeric_passwords_are_refused(password):
 
     with pytest.raises(ValidationError):
         validate_password(password)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("TOOLNEXUS_CLAIM_MINUTES", "1000000000", "at most 525600"),
+        ("TOOLNEXUS_CLAIM_MINUTES", "half an hour", "a whole number"),
+        ("TOOLNEXUS_INBOX_COUNT_CAP", "0", "at least 1"),
+        ("TOOLNEXUS_LIVE_CHIP_SECONDS", "inf", "a finite number"),
+    ],
+)
+def test_a_bad_number_in_the_environment_stops_the_start_saying_which(
+    tmp_path, variable, value, says
+):
+    done = _python(tmp_path, "import django; django.setup()", **{variable: value})
+    assert done.returncode != 0
+    assert variable in done.stderr and says in done.stderr, done.stderr[-600:]
