@@ -9,6 +9,7 @@ hooks send the pushes on the event loop the consumers run on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from html.parser import HTMLParser
@@ -851,6 +852,34 @@ async def test_changes_coalesced_render_the_whole_body_when_any_of_them_needs_it
         assert frame.lstrip().startswith('<div id="run-body"'), frame[:80]
         assert len(calls) == 4
     finally:
+        await comm.disconnect()
+
+
+async def test_a_push_does_not_wait_for_the_thread_the_sync_views_run_in():
+    """Sync views run in the process's one thread-sensitive thread; channels' consumers hop
+    through that thread before every message. A push must not queue behind a slow view (at
+    a hundred open pages, a decision's pushes queued a hundred hops ahead of the next
+    decision's request)."""
+    import time as clock
+
+    from asgiref.sync import sync_to_async
+
+    reviewer = await user_of("reviewer")
+    _, row = await halted_run(reviewer)
+    comm, _ = await open_socket("/ws/inbox/", reviewer)
+    busy = asyncio.ensure_future(sync_to_async(clock.sleep, thread_sensitive=True)(1.5))
+    try:
+        await asyncio.sleep(0.05)  # the slow view holds the thread now
+        started = clock.monotonic()
+        await get_channel_layer().group_send(
+            INBOX_GROUP, _event(row, state="declined", toast="Declined by someone")
+        )
+        frame = await _frame_with(comm, f'id="row-{row.pk}" hx-swap-oob="delete"')
+        assert clock.monotonic() - started < 1.0, "the push waited for the busy view thread"
+        assert not busy.done()
+        assert frame
+    finally:
+        await busy
         await comm.disconnect()
 
 
