@@ -70,7 +70,8 @@ class _Base(AsyncWebsocketConsumer):
         every message: that hop goes through the process's one thread-sensitive thread, which
         the sync views run in too, so a push to a hundred open pages queued a hundred hops
         ahead of the next decision's request. These consumers use the database only through
-        database_sync_to_async, which closes stale connections around each call itself."""
+        database_sync_to_async, which closes stale connections around each call itself, and
+        never in that thread (thread_sensitive=False: a pool thread with its own connection)."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
@@ -81,7 +82,10 @@ class _Base(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        self.can_decide, allowed = await database_sync_to_async(self._permissions)(user)
+        # Every read here runs off the thread-sensitive thread (`dispatch` says why).
+        self.can_decide, allowed = await database_sync_to_async(
+            self._permissions, thread_sensitive=False
+        )(user)
         if not allowed:
             await self.close(code=4403)
             return
@@ -97,8 +101,6 @@ class _Base(AsyncWebsocketConsumer):
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        # Off the thread-sensitive thread (see rendering.FragmentCache): a page's snapshot
-        # must not hold up the messages of every other page of the process.
         await self.push(await database_sync_to_async(self.snapshot, thread_sensitive=False)(user))
 
     def _groups(self) -> list[str]:
@@ -172,7 +174,9 @@ class _Base(AsyncWebsocketConsumer):
     async def _recheck(self) -> bool:
         if self.ended:
             return False
-        code, can_decide = await database_sync_to_async(self._current_access)()
+        code, can_decide = await database_sync_to_async(
+            self._current_access, thread_sensitive=False
+        )()
         if code:
             await self._end(code)
             return False

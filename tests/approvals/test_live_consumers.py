@@ -855,15 +855,18 @@ async def test_changes_coalesced_render_the_whole_body_when_any_of_them_needs_it
         await comm.disconnect()
 
 
-async def test_a_push_does_not_wait_for_the_thread_the_sync_views_run_in():
+async def test_a_push_does_not_wait_for_the_thread_the_sync_views_run_in(monkeypatch):
     """Sync views run in the process's one thread-sensitive thread; channels' consumers hop
     through that thread before every message. A push must not queue behind a slow view (at
     a hundred open pages, a decision's pushes queued a hundred hops ahead of the next
-    decision's request)."""
+    decision's request), nor must the re-check of the viewer's access it may need."""
     import time as clock
 
     from asgiref.sync import sync_to_async
 
+    from approvals.live import consumers
+
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)  # every push re-checks access
     reviewer = await user_of("reviewer")
     _, row = await halted_run(reviewer)
     comm, _ = await open_socket("/ws/inbox/", reviewer)
