@@ -28,7 +28,7 @@ from importlib import import_module
 from urllib.parse import parse_qs, urlencode
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
+from channels.db import aclose_old_connections, database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.core.cache import cache
@@ -66,15 +66,19 @@ class _Base(AsyncWebsocketConsumer):
     permission = ""
 
     async def dispatch(self, message: dict) -> None:
-        """As channels' own, without its hop to close stale database connections before
-        every message: that hop goes through the process's one thread-sensitive thread, which
-        the sync views run in too, so a push to a hundred open pages queued a hundred hops
-        ahead of the next decision's request. These consumers use the database only through
-        database_sync_to_async, which closes stale connections around each call itself, and
-        never in that thread (thread_sensitive=False: a pool thread with its own connection)."""
+        """As channels' own, but its hop to close stale database connections comes only
+        before the socket's own messages (connect, a frame, disconnect: these may use the
+        cache, which a project may keep in the database), not before every push. The hop
+        goes through the process's one thread-sensitive thread, which every consumer of the
+        process shares: a push to a hundred open pages queued a hundred hops one after the
+        other. Pushes reach the database only through database_sync_to_async, which closes
+        stale connections around each call itself, and never in that thread
+        (thread_sensitive=False: a pool thread with its own connection)."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
+        if message["type"].startswith("websocket."):
+            await aclose_old_connections()
         await handler(message)
 
     async def connect(self) -> None:

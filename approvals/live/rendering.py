@@ -22,6 +22,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
 
 from .. import selectors
 from ..models import ApprovalRequest, Run
@@ -55,9 +56,9 @@ class FragmentCache:
         while len(entries) > self.size:
             entries.popitem(last=False)
         try:
-            # Not in the one thread-sensitive thread: channels hops every message of every
-            # consumer through it (to close old connections), so a rendering there would hold
-            # up every page of the process. Any pool thread will do (its own connection).
+            # Not in the one thread-sensitive thread every consumer of the process shares: a
+            # rendering there would hold up the others. Any pool thread will do (its own
+            # connection, closed when stale).
             result = await database_sync_to_async(compute, thread_sensitive=False)()
             future.set_result(result)
         except BaseException as exc:
@@ -197,10 +198,15 @@ def list_counts(user, params: dict[str, str]) -> dict:
     return counts_context(user, params)
 
 
-# The frames below depend on their arguments alone (no query, nothing per viewer beyond
-# them): a change reaching a hundred open inboxes of a process renders each variant once.
-@functools.lru_cache(maxsize=64)
 def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
+    return _pending_count_html(count, pending, state, selectors.count_cap())
+
+
+# The frames below depend on their arguments alone (no query, nothing per viewer beyond
+# them; a count's label on the cap too): a change reaching a hundred open inboxes of a
+# process renders each variant once.
+@functools.lru_cache(maxsize=64)
+def _pending_count_html(count: int, pending: int | None, state: str, cap: int) -> str:
     return render_to_string(
         "approvals/inbox.html#request-count",
         {
@@ -258,16 +264,18 @@ def matches_query(request_pk: int, user_id, params: dict[str, str], hidden) -> b
 def inbox_update(
     *, row: str = "", card: str = "", prepend: bool = False, drop: str = "", toast=None
 ) -> str:
-    """A change's frame for an inbox: its row, the detail pane's card, the row to drop, the
+    """A change's frame for an inbox: the detail pane's card (first, as rendered: only the
+    page showing that request gets it, so it is not kept), its row, the row to drop, the
     toast (a dict of text, level, about)."""
-    return _inbox_update(row, card, prepend, drop, tuple(sorted((toast or {}).items())))
+    frame = _inbox_update(row, prepend, drop, tuple(sorted((toast or {}).items())))
+    return mark_safe(card + frame) if card else frame  # both rendered from templates
 
 
 @functools.lru_cache(maxsize=256)
-def _inbox_update(row: str, card: str, prepend: bool, drop: str, toast: tuple) -> str:
+def _inbox_update(row: str, prepend: bool, drop: str, toast: tuple) -> str:
     return render_to_string(
         "approvals/_live.html#inbox-update",
-        {"row": row, "card": card, "prepend": prepend, "drop": drop, "toast": dict(toast)},
+        {"row": row, "prepend": prepend, "drop": drop, "toast": dict(toast)},
     )
 
 

@@ -229,6 +229,17 @@ def test_a_frame_that_depends_on_its_arguments_alone_is_rendered_once_per_varian
     assert 'class="toast success"' in mine
     counts = {rendering.pending_count_html(9902, 9902, "pending") for _ in range(30)}
     assert len(counts) == 1 and renders.count("approvals/inbox.html#request-count") == 1
+    with_card = rendering.inbox_update(card="<article>card</article>", drop="row-9901")
+    assert with_card.startswith("<article>card</article>") and 'id="row-9901"' in with_card
+
+
+def test_a_shared_count_frame_follows_the_count_cap(settings):
+    """The same count reads "9903" under a higher cap and "1000+" where counting stops at
+    1000: the cap is part of what the shared frame depends on."""
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 100_000
+    assert 'data-count="9903"' in rendering.pending_count_html(9903, 9903, "pending")
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 1000
+    assert 'data-count="1000+"' in rendering.pending_count_html(9903, 9903, "pending")
 
 
 def test_a_run_pages_renderings_read_only_what_they_show():
