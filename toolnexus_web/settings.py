@@ -323,14 +323,16 @@ def env_int(name: str, default: int, minimum: int = 0, maximum: int | None = Non
     return value
 
 
-def env_float(name: str, default: float, minimum: float = 0.0) -> float:
+def env_float(name: str, default: float, minimum: float = 0.0, maximum: float = math.inf) -> float:
     raw = env(name, str(default)).strip() or str(default)
     try:
         value = float(raw)
     except ValueError:
         raise RuntimeError(f"{name} must be a number, not {raw!r}") from None
-    if not math.isfinite(value) or value < minimum:
-        raise RuntimeError(f"{name} must be a finite number of at least {minimum}, not {raw!r}")
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise RuntimeError(
+            f"{name} must be a finite number from {minimum} to {maximum}, not {raw!r}"
+        )
     return value
 
 
@@ -406,7 +408,7 @@ TOOLNEXUS_CLAIM_MINUTES = env_int("TOOLNEXUS_CLAIM_MINUTES", 30, maximum=525_600
 TOOLNEXUS_INBOX_COUNT_CAP = env_int(
     "TOOLNEXUS_INBOX_COUNT_CAP", 1000, minimum=1, maximum=10_000_000
 )
-TOOLNEXUS_LIVE_CHIP_SECONDS = env_float("TOOLNEXUS_LIVE_CHIP_SECONDS", 5.0)
+TOOLNEXUS_LIVE_CHIP_SECONDS = env_float("TOOLNEXUS_LIVE_CHIP_SECONDS", 5.0, maximum=86_400)
 
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 

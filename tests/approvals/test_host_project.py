@@ -397,6 +397,7 @@ def test_approvals_groups_command():
     ("name", "value"),
     [
         ("TOOLNEXUS_CLAIM_MINUTES", 10**9),  # past year 1: the lapse date overflows
+        ("TOOLNEXUS_CLAIM_MINUTES", 10**400),  # too large for a float as well
         ("TOOLNEXUS_CLAIM_MINUTES", -1),
         ("TOOLNEXUS_CLAIM_MINUTES", "30"),
         ("TOOLNEXUS_INBOX_COUNT_CAP", 0),

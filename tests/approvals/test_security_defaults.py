@@ -409,6 +409,7 @@ def test_common_and_numeric_passwords_are_refused(password):
         ("TOOLNEXUS_CLAIM_MINUTES", "half an hour", "a whole number"),
         ("TOOLNEXUS_INBOX_COUNT_CAP", "0", "at least 1"),
         ("TOOLNEXUS_LIVE_CHIP_SECONDS", "inf", "a finite number"),
+        ("TOOLNEXUS_LIVE_CHIP_SECONDS", "100000", "from 0.0 to 86400"),
     ],
 )
 def test_a_bad_number_in_the_environment_stops_the_start_saying_which(
