@@ -72,8 +72,7 @@ class _Base(AsyncWebsocketConsumer):
         goes through the process's one thread-sensitive thread, which every consumer of the
         process shares: a push to a hundred open pages queued a hundred hops one after the
         other. Pushes reach the database only through database_sync_to_async, which closes
-        stale connections around each call itself, and never in that thread
-        (thread_sensitive=False: a pool thread with its own connection)."""
+        stale connections around each call itself."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
@@ -86,10 +85,7 @@ class _Base(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        # Every read here runs off the thread-sensitive thread (`dispatch` says why).
-        self.can_decide, allowed = await database_sync_to_async(
-            self._permissions, thread_sensitive=False
-        )(user)
+        self.can_decide, allowed = await database_sync_to_async(self._permissions)(user)
         if not allowed:
             await self.close(code=4403)
             return
@@ -105,6 +101,8 @@ class _Base(AsyncWebsocketConsumer):
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        # Off the thread-sensitive thread (see rendering.FragmentCache): a page's snapshot
+        # must not hold up the messages of every other page of the process.
         await self.push(await database_sync_to_async(self.snapshot, thread_sensitive=False)(user))
 
     def _groups(self) -> list[str]:
@@ -178,9 +176,7 @@ class _Base(AsyncWebsocketConsumer):
     async def _recheck(self) -> bool:
         if self.ended:
             return False
-        code, can_decide = await database_sync_to_async(
-            self._current_access, thread_sensitive=False
-        )()
+        code, can_decide = await database_sync_to_async(self._current_access)()
         if code:
             await self._end(code)
             return False

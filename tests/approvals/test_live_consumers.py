@@ -859,16 +859,14 @@ async def test_a_push_does_not_wait_for_the_processs_thread_sensitive_thread(mon
     """Channels' consumers hop through the process's one thread-sensitive thread before
     every message (to close stale database connections), so at a hundred open pages a
     decision's pushes queued a hundred hops one after the other. A push must not wait for
-    that thread, nor must the re-check of the viewer's access it may need; the socket's own
-    messages (connect, frames, disconnect) still get the hop (they may use the cache, which
-    a project may keep in the database)."""
+    that thread; the socket's own messages (connect, frames, disconnect) still get the hop
+    (they may use the cache, which a project may keep in the database)."""
     import time as clock
 
     from asgiref.sync import sync_to_async
 
     from approvals.live import consumers
 
-    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)  # every push re-checks access
     hops = []
     real_hop = consumers.aclose_old_connections
     monkeypatch.setattr(consumers, "aclose_old_connections", lambda: hops.append(1) or real_hop())
