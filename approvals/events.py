@@ -2,7 +2,8 @@
 
 Writes (services, the worker) call `announce` inside their transaction; receivers (the live
 layer) hear `changed` after the commit, never for a rolled-back change. Nothing below the live
-layer knows who listens.
+layer knows who listens. A process whose event loop is about to end awaits `settle()`, so
+announcements its receivers still hold (queued to send) are delivered first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from django.dispatch import Signal
 # request row as the write left it in memory, which saves receivers a read, or None), and
 # status_only (only the run's status and worker changed: its transcript and requests did not).
 changed = Signal()
+
+# Sent (with `asend`) before a process's event loop ends: receivers holding announcements to
+# deliver on that loop deliver them, within `timeout` seconds.
+settling = Signal()
 
 
 def announce(
@@ -37,3 +42,9 @@ def announce(
         ),
         robust=True,
     )
+
+
+async def settle(timeout: float = 5.0) -> None:
+    """Let receivers deliver what they still hold on the running loop (a worker's or a
+    server's last step). A receiver's failure is theirs to log; this never raises for it."""
+    await settling.asend_robust(sender=None, timeout=timeout)

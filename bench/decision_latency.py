@@ -406,8 +406,8 @@ def pooled(phases: list[Phase], variant: str, r: int, metric: str) -> list[float
 
 
 def read_traces(topo: Topology) -> dict[int, tuple[float, float, float, float, int]]:
-    """BENCH-TRACE lines from the servers' logs: pk -> (queued, build start, build end,
-    group_send returned, 0: the publisher has no queue)."""
+    """BENCH-TRACE lines from the servers' logs: pk -> (commit hook, build start, build end,
+    publisher.send returned, 0)."""
     out = {}
     for p in topo.servers:
         try:
@@ -427,7 +427,7 @@ def print_trace(phases: list[Phase], traces, rs: list[int]) -> None:
         "POST -> commit hook",
         "commit hook -> build",
         "build message",
-        "send() call (Redis)",
+        "send() (queued)",
         "send() returned -> client",
     ]
     head = (

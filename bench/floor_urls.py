@@ -10,9 +10,10 @@ times it exactly like the real `POST /api/requests/{id}/decline`.
 With BENCH_TRACE=1 in the environment (decision_latency.py --trace), the server also wraps
 the app's publisher (approvals.live.publisher, untouched on disk) to print one line per pushed
 decision to its log: when the commit hook started, when building its messages started and
-finished, and when the group_send returned, all on the machine-wide monotonic clock
-(time.perf_counter), so the bench can split (b) into its parts. (The last field, once a queue
-depth, is always 0: the publisher sends from the commit hook, with no queue.)
+finished, and when `publisher.send` returned, all on the machine-wide monotonic clock
+(time.perf_counter), so the bench can split (b) into its parts. Under a server `send` only
+queues the messages on the server's loop (the sends follow on that loop), so its part is
+the queueing alone. (The last field, once a queue depth, is always 0.)
 """
 
 from __future__ import annotations

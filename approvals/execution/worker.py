@@ -50,6 +50,7 @@ from django_tasks_db.compat import (
 from django_tasks_db.management.commands.db_worker import Worker as StockWorker
 from django_tasks_db.models import DBTaskResult
 
+from .. import events
 from ..conf import app_settings
 from . import clients, recovery, store, taskrow
 from .identity import lease_owner, set_current_worker_id
@@ -329,7 +330,10 @@ class Worker(StockWorker):
             executor=_OwnThread(f"toolnexus-worker-{self.worker_id[:8]}"),
         )
         async with clients.keep_clients():
-            await run()
+            try:
+                await run()
+            finally:
+                await events.settle()  # its last pushes go out before the loop ends
 
     def run_forever(self) -> None:
         """A worker process's life: `serve` on a new event loop in this thread."""

@@ -2,25 +2,35 @@
 
 `events.changed` fires after a commit (never for a rolled-back change); this module builds
 one small message per affected page kind (the inbox, the run's page) and sends it from that
-hook with `async_to_sync`. Messages carry facts, never HTML: a consumer renders what its own
-page shows (`rendering`), once per change and variant, and only when somebody watches.
+hook. Messages carry facts, never HTML: a consumer renders what its own page shows
+(`rendering`), once per change and variant, and only when somebody watches.
 
-No threads of our own: in a view `async_to_sync` runs the send on the server's event loop
-(asgiref knows it from the view's thread), in a worker on the worker process's loop (see
-execution/worker.py), so channels-redis keeps one connection per process and the in-memory
-layer is used from the loop that owns it. A failed push never undoes a committed change:
-pages re-render from the database on (re)connect, so a lost message costs a stale view until
-then, never a lost decision.
+Where the send happens: on the event loop that `async_to_sync` would use from the calling
+thread. In a view under a server, or in a worker, that is the process's long-lived loop, so
+channels-redis keeps one connection per process and the in-memory layer is used from the
+loop that owns it. There the hook only queues the messages (`_LoopSender`, one per loop,
+sending in order) and returns: the decision's response no longer waits for the sends, which
+took as long as the rest of the decision once the same server's pages took their share of
+that loop (about 10 ms of a 29 ms response, one reviewer, `decision_latency.py --trace`).
+Anywhere else (a management command, a sync test) the hook sends and waits, as before.
+
+A failed push never undoes a committed change: pages re-render from the database on
+(re)connect, so a lost message costs a stale view until then, never a lost decision.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
 import uuid
+import weakref
+from collections import deque
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
@@ -118,16 +128,111 @@ def _starter_of(row: ApprovalRequest) -> Any:
     return Run.objects.filter(pk=row.run_id).values_list("started_by_id", flat=True).first()
 
 
-def send(messages: list[tuple[str, dict[str, Any]]]) -> None:
+Messages = list[tuple[str, dict[str, Any]]]
+
+
+def send(messages: Messages) -> None:
+    """Send these messages in order: queued on the calling thread's serving loop, or at once
+    (waiting for them) where there is none."""
     layer = get_channel_layer()
     if layer is None or not messages:
         return
+    loop = _serving_loop()
+    if loop is not None:
+        try:
+            loop.call_soon_threadsafe(_LoopSender.queue, loop, layer, messages)
+            return
+        except RuntimeError:  # the loop closed since (a server shutting down): send here
+            pass
+    async_to_sync(_send_all)(layer, messages)
 
-    async def send_all() -> None:
-        for group, message in messages:
-            await layer.group_send(group, message)
 
-    async_to_sync(send_all)()
+async def _send_all(layer: Any, messages: Messages) -> None:
+    for group, message in messages:
+        await layer.group_send(group, message)
+
+
+def _serving_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop this thread's sync code was called from (asgiref's SyncToAsync
+    records it per thread: the loop `async_to_sync` runs on from here), or None."""
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    if loop is None or getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) != os.getpid():
+        return None
+    return loop if loop.is_running() and not loop.is_closed() else None
+
+
+class _LoopSender:
+    """One loop's queue of messages to send, sent in the order queued by one task that ends
+    when the queue is empty (nothing lingers on an idle loop). Used only on its loop."""
+
+    # The registry: loop -> its sender (a loop that is gone takes its sender with it). Loops
+    # of other threads (a test's, a second worker's) may look up theirs at the same moment.
+    by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopSender] = (
+        weakref.WeakKeyDictionary()
+    )
+    registry_lock = threading.Lock()
+    MAX_QUEUED = 50_000  # messages: a layer that is down must not grow the queue without end
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[Any, str, dict[str, Any]]] = deque()
+        self.task: asyncio.Task[None] | None = None
+        self.dropped = 0
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopSender | None:
+        with cls.registry_lock:
+            return cls.by_loop.get(loop)
+
+    @classmethod
+    def queue(cls, loop: asyncio.AbstractEventLoop, layer: Any, messages: Messages) -> None:
+        with cls.registry_lock:
+            sender = cls.by_loop.get(loop)
+            if sender is None:
+                sender = cls.by_loop[loop] = cls()
+        if len(sender.pending) + len(messages) > cls.MAX_QUEUED:
+            sender.dropped += 1
+            if sender.dropped == 1 or sender.dropped % 1000 == 0:
+                log.warning("live push queue full: %s change(s) not pushed", sender.dropped)
+            return
+        sender.pending.extend((layer, group, message) for group, message in messages)
+        if sender.task is None:
+            sender.task = loop.create_task(sender.run())
+
+    async def run(self) -> None:
+        try:
+            await self._drain()
+        except asyncio.CancelledError:
+            # Its loop is closing (asyncio.run cancels what is left): send what is queued
+            # first, so a change committed just before the end still reaches its pages.
+            await self._drain()
+            raise
+        finally:
+            self.task = None  # a finished task holds its loop: the registry lets go of both
+
+    async def _drain(self) -> None:
+        while self.pending:
+            layer, group, message = self.pending[0]
+            try:
+                await layer.group_send(group, message)
+            except asyncio.CancelledError:
+                raise  # still queued: the drain after the cancellation sends it (again)
+            except Exception:
+                log.exception("live push of %s to %s failed", message.get("type"), group)
+            self.pending.popleft()
+        self.dropped = 0  # the next overflow is reported from its first drop
+
+
+async def flush(timeout: float | None = None) -> None:
+    """Wait until every message queued on the running loop has been sent, at most `timeout`
+    seconds (a server's or a worker's last step, through `events.settle`; tests)."""
+    sender = _LoopSender.of(asyncio.get_running_loop())
+    task = sender.task if sender is not None else None
+    if task is not None:
+        await asyncio.wait({task}, timeout=timeout)
+
+
+async def _on_settling(sender: Any, *, timeout: float, **signal: Any) -> None:
+    await flush(timeout)
 
 
 def notify_user(user_id: int, message: dict[str, Any]) -> None:
@@ -159,3 +264,4 @@ def _on_change(
 
 
 events.changed.connect(_on_change, dispatch_uid="approvals.live.publisher")
+events.settling.connect(_on_settling, dispatch_uid="approvals.live.publisher")

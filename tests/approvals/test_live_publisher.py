@@ -4,11 +4,16 @@ rolled-back change, and carrying no HTML."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import weakref
+
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals import services
+from approvals import events, services
 from approvals.live import publisher
 from approvals.live.groups import INBOX_GROUP, run_group
 
@@ -86,3 +91,93 @@ def test_only_a_worker_taking_a_run_is_a_status_only_change(monkeypatch):
     drain()
     run_messages = [m for batch in sent for group, m in batch if group == run_group(run.pk)]
     assert [m["status_only"] for m in run_messages] == [False, True, False]
+
+
+# -- sending: queued on a serving loop, in order; at once elsewhere ---------------------------
+
+
+class _Layer:
+    """A channel layer that records group_sends: optionally held until released, taking
+    `delay` seconds each (so that a cancellation can land in the middle of one), or failing
+    for one group."""
+
+    def __init__(self, *, fail_group: str | None = None, delay: float = 0.0) -> None:
+        self.sent: list[tuple[str, dict]] = []
+        self.release: asyncio.Event | None = None
+        self.fail_group = fail_group
+        self.delay = delay
+
+    async def group_send(self, group: str, message: dict) -> None:
+        if self.release is not None:
+            await self.release.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if group == self.fail_group:
+            raise ConnectionError("the layer is down")
+        self.sent.append((group, message))
+
+
+def _batch(n: int) -> list[tuple[str, dict]]:
+    return [(f"g{n}", {"type": "t", "n": n}), (f"h{n}", {"type": "t", "n": n})]
+
+
+async def _send_from_a_thread(messages) -> None:
+    """As a view under a server or a worker's step calls it: sync code in a thread of this
+    loop (a send that waited for the held layer would not return: the test fails in 2 s)."""
+    call = sync_to_async(publisher.send, thread_sensitive=False)(messages)
+    await asyncio.wait_for(call, timeout=2)
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_on_a_serving_loop_a_send_is_queued_and_returns_before_the_layer_sends(
+    monkeypatch,
+):
+    layer = _Layer()
+    layer.release = asyncio.Event()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    await _send_from_a_thread(_batch(1))
+    await _send_from_a_thread(_batch(2))
+    await asyncio.sleep(0.05)
+    assert layer.sent == []  # both returned while the layer was still held
+    layer.release.set()
+    await events.settle()  # what a worker or a server awaits before its loop ends
+    assert layer.sent == _batch(1) + _batch(2)  # in the order sent
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_a_failed_send_is_logged_and_the_next_messages_still_go(monkeypatch, caplog):
+    layer = _Layer(fail_group="h1")
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    await _send_from_a_thread(_batch(1))
+    await _send_from_a_thread(_batch(2))
+    await publisher.flush(timeout=2)
+    assert layer.sent == [_batch(1)[0], *_batch(2)]
+    assert "live push of t to h1 failed" in caplog.text
+
+
+@pytest.mark.django_db(transaction=False)
+def test_without_a_serving_loop_a_send_is_done_when_it_returns(monkeypatch):
+    layer = _Layer()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    publisher.send(_batch(1))
+    assert layer.sent == _batch(1)
+
+
+@pytest.mark.django_db(transaction=False)
+def test_messages_queued_on_a_loop_that_ends_are_all_sent_and_the_loop_let_go(monkeypatch):
+    """async_to_sync from plain sync code runs on a loop of its own that ends with the call
+    (asyncio.run, which cancels what is left, here in the middle of a send): what was queued
+    on it still goes out, the one cut short included, and the registry keeps no loop."""
+    layer = _Layer(delay=0.02)
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    loops = []
+
+    async def request_like() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await _send_from_a_thread(_batch(1) + _batch(2))
+        await asyncio.sleep(0.01)  # the first send has begun when the loop's end cancels it
+
+    async_to_sync(request_like)()
+    assert layer.sent == _batch(1) + _batch(2)
+    gc.collect()
+    assert loops[0]() is None

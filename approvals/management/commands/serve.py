@@ -21,6 +21,7 @@ setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import sys
@@ -33,6 +34,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
+from approvals import events
 from approvals.conf import app_settings, is_loopback
 
 REEXEC_MARK = "TOOLNEXUS_SERVE_REEXEC"
@@ -212,12 +214,21 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
 
         def ready() -> None:
+            from twisted.internet import defer, reactor  # daphne's, installed by now
+
             # In the reactor's thread, before it runs. The worker runs on the server's loop
             # until shutdown, when it finishes its current step (or that step is cancelled:
             # its checkpoint is where the next start resumes).
             server.http_factory.timeOut = app_settings.HTTP_IDLE_TIMEOUT or None
             if worker is not None:
                 start_on_daphne(worker)
+            # Pushes the requests queued on this loop reach the other servers' pages before
+            # it stops (the worker's own go out when it ends).
+            reactor.addSystemEventTrigger(
+                "before",
+                "shutdown",
+                lambda: defer.Deferred.fromFuture(asyncio.ensure_future(events.settle())),
+            )
 
         server = Server(
             application=application,
