@@ -45,7 +45,7 @@ REQUIRED_APPS = [
 TASKS_EXAMPLE = 'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}'
 CHANNELS_EXAMPLE = (
     'CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}} '
-    "(one process), or channels_redis.core.RedisChannelLayer for several"
+    "(one process), or channels_redis.pubsub.RedisPubSubChannelLayer for several"
 )
 
 

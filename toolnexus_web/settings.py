@@ -11,6 +11,7 @@ import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from csp.constants import NONE, SELF
@@ -253,20 +254,25 @@ REDIS_URL = env("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub (channels-redis's other layer): a process subscribes once per group
+            # and hands each message to its own pages. The list-based layer
+            # (channels_redis.core) lost a group message for every page of a process when one
+            # of its pages disconnected at the wrong moment (docs/operations.md, "Live pages";
+            # tests/faults/test_layer_message_loss.py).
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
                 "hosts": [
                     {
                         "address": REDIS_URL,
-                        # channels-redis waits for messages with a 5 s blocking pop; redis-py
-                        # 8 reads with a 5 s socket timeout by default, so an idle socket's
-                        # consumer died with "Timeout reading". Reads must outlast the pop.
+                        # Reads must outlast any wait on the socket (redis-py 8 reads with a
+                        # 5 s timeout by default).
                         "socket_timeout": 15,
                         "socket_connect_timeout": 5,
                     }
                 ],
-                "capacity": 1000,
-                "expiry": 30,
+                # Pub/sub channels ignore Redis database numbers: the names carry it, so that
+                # deployments on other databases of one Redis stay apart as before.
+                "prefix": f"toolnexus.{urlsplit(REDIS_URL).path.strip('/') or '0'}.",
             },
         }
     }

@@ -38,7 +38,7 @@ from ..models import ApprovalRequest, Run
 from ..permissions import agent_rights
 from ..selectors import InboxQuery
 from . import rendering
-from .groups import INBOX_GROUP, run_group, user_group
+from .groups import INBOX_GROUP, LIVE_GROUP, run_group, user_group
 
 try:  # what Daphne's websocket layer raises on a send after the client went away
     from autobahn.exception import Disconnected as ClientGone
@@ -94,6 +94,7 @@ class _Base(AsyncWebsocketConsumer):
         self.session_key = getattr(session, "session_key", None)
         self.session_tag = session_tag(self.session_key)
         self.checked_at = time.monotonic()
+        self.connected_at = time.time()  # wall clock: compared with other processes' times
         self.ended = False
         if not await self._count_socket():
             await self.close(code=TOO_MANY)
@@ -106,7 +107,7 @@ class _Base(AsyncWebsocketConsumer):
         await self.push(await database_sync_to_async(self.snapshot, thread_sensitive=False)(user))
 
     def _groups(self) -> list[str]:
-        return [*self.live_groups(), user_group(self.user_id)]
+        return [*self.live_groups(), user_group(self.user_id), LIVE_GROUP]
 
     async def push(self, html: str) -> None:
         if not html:
@@ -163,6 +164,18 @@ class _Base(AsyncWebsocketConsumer):
                 await self._end(SIGNED_OUT)
             return
         await self._recheck()
+
+    async def approvals_resync(self, event: dict) -> None:
+        """The live layer dropped messages (it was down) and works again: unless this page
+        connected since, it gets its live region re-rendered from the database, as after a
+        reconnect (`catch_up`)."""
+        if self.ended or self.connected_at >= float(event.get("healthy_since") or 0):
+            return
+        if await self.still_allowed():
+            await self.catch_up()
+
+    async def catch_up(self) -> None:
+        raise NotImplementedError
 
     async def still_allowed(self) -> bool:
         """Before forwarding a push: may this viewer still see it? Checked against the
@@ -283,6 +296,21 @@ class InboxConsumer(_Base):
 
     def _list_snapshot(self) -> str:
         return rendering.request_list(self.scope["user"], self.params, self.page)
+
+    async def catch_up(self) -> None:
+        """The list as the page now filters it, and the card it shows if that request was
+        decided meanwhile (the page keeps a card the reviewer is working in, and says who
+        decided): what a reconnect brings."""
+        if not self.single:
+            await self.push(
+                await database_sync_to_async(self._list_snapshot, thread_sensitive=False)()
+            )
+        if self.viewing:
+            await self.push(
+                await database_sync_to_async(self._decided_card, thread_sensitive=False)(
+                    self.viewing
+                )
+            )
 
     def snapshot(self, user) -> str:
         """The list, and the selected request's card (the page keeps a card in use)."""
@@ -589,6 +617,11 @@ class RunConsumer(_Base):
 
     def snapshot(self, user) -> str:
         return rendering.run_body(self.run_id, **self._variants())
+
+    async def catch_up(self) -> None:
+        await self.push(
+            await database_sync_to_async(self.snapshot, thread_sensitive=False)(self.scope["user"])
+        )
 
     async def approvals_run(self, event: dict) -> None:
         """Render and send the run's body as of the latest change (only its status line when

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 INBOX_GROUP = "approvals.inbox"
+# Every live page: told to reconnect after the layer dropped messages (`publisher`).
+LIVE_GROUP = "approvals.live"
 
 
 def run_group(run_id: int) -> str:

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
 from collections import deque
@@ -38,7 +39,7 @@ from .. import events
 from ..conf import app_settings
 from ..models import ApprovalRequest, Run
 from ..presenters.cards import decision_toast, own_toast
-from .groups import INBOX_GROUP, run_group, user_group
+from .groups import INBOX_GROUP, LIVE_GROUP, run_group, user_group
 
 log = logging.getLogger(__name__)
 
@@ -172,11 +173,16 @@ class _LoopSender:
     )
     registry_lock = threading.Lock()
     MAX_QUEUED = 50_000  # messages: a layer that is down must not grow the queue without end
+    # After sends failed (the layer was down), the first one that works asks every live page
+    # to reconnect, twice: the other processes' subscriptions may take a moment to come back,
+    # and a page that connected since ignores it (`_Base.approvals_resync`).
+    RESYNC_AFTER = (2.0, 10.0)
 
     def __init__(self) -> None:
         self.pending: deque[tuple[Any, str, dict[str, Any]]] = deque()
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.failing = False
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopSender | None:
@@ -218,8 +224,22 @@ class _LoopSender:
                 raise  # still queued: the drain after the cancellation sends it (again)
             except Exception:
                 log.exception("live push of %s to %s failed", message.get("type"), group)
+                self.failing = True
+            else:
+                if self.failing:
+                    self.failing = False
+                    self._resync_later(layer)
             self.pending.popleft()
         self.dropped = 0  # the next overflow is reported from its first drop
+
+    def _resync_later(self, layer: Any) -> None:
+        """Pages missed the changes whose sends failed: ask them all to reconnect (their
+        snapshot on connect is the database's state), once the layer works again."""
+        log.warning("live push works again: every live page reconnects to catch up")
+        loop = asyncio.get_running_loop()
+        message = {"type": "approvals.resync", "healthy_since": time.time()}
+        for delay in self.RESYNC_AFTER:
+            loop.call_later(delay, _LoopSender.queue, loop, layer, [(LIVE_GROUP, message)])
 
 
 async def flush(timeout: float | None = None) -> None:

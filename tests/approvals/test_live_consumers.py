@@ -351,6 +351,44 @@ async def test_a_message_sent_to_the_inbox_group_reaches_the_consumer():
     assert not get_channel_layer().groups.get(INBOX_GROUP)
 
 
+async def test_after_the_layer_dropped_messages_every_page_connected_before_catches_up():
+    """`approvals.resync` (the publisher's sends failed, then worked again): a page that
+    connected before the layer came back gets its live region re-rendered from the database
+    (the list as it filters it, the run's body), as after a reconnect; a page connected
+    since gets nothing."""
+    import time
+
+    from approvals.live.groups import LIVE_GROUP
+
+    reviewer = await user_of("reviewer")
+    run, row = await halted_run(reviewer)
+    inbox, _ = await open_socket("/ws/inbox/", reviewer)
+    run_page, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    layer = get_channel_layer()
+    try:
+        await layer.group_send(LIVE_GROUP, {"type": "approvals.resync", "healthy_since": 1.0})
+        assert await inbox.receive_nothing(timeout=0.2)  # connected after: up to date
+        assert await run_page.receive_nothing(timeout=0.2)
+        # Decided while the layer was down: no push told the pages.
+        await in_thread(
+            services.request_decline, request_id=row.request_id, user=reviewer, reason="missed"
+        )
+        for comm in (inbox, run_page):  # the in-memory layer did tell them: read it all
+            while not await comm.receive_nothing(timeout=0.5):
+                await comm.receive_from(timeout=TIMEOUT)
+        await layer.group_send(
+            LIVE_GROUP, {"type": "approvals.resync", "healthy_since": time.time()}
+        )
+        listed = await inbox.receive_from(timeout=TIMEOUT)
+        assert 'id="request-list"' in listed and f'id="row-{row.pk}"' not in listed
+        body = await run_page.receive_from(timeout=TIMEOUT)
+        assert body.lstrip().startswith('<div id="run-body" hx-swap-oob="true">')
+        assert "missed" in body
+    finally:
+        await inbox.disconnect()
+        await run_page.disconnect()
+
+
 async def test_the_run_consumer_joins_only_its_own_run_group():
     reviewer = await user_of("reviewer")
     run, _ = await halted_run(reviewer)

@@ -181,3 +181,28 @@ def test_messages_queued_on_a_loop_that_ends_are_all_sent_and_the_loop_let_go(mo
     assert layer.sent == _batch(1) + _batch(2)
     gc.collect()
     assert loops[0]() is None
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_once_sends_work_again_after_failing_every_live_page_is_asked_to_reconnect(
+    monkeypatch,
+):
+    from approvals.live.groups import LIVE_GROUP
+
+    layer = _Layer(fail_group="h1")
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05, 0.1))
+    await _send_from_a_thread(_batch(1))  # h1 fails: pages missed it
+    await _send_from_a_thread(_batch(2))  # works again
+    await publisher.flush(timeout=2)
+    assert [group for group, _ in layer.sent] == ["g1", "g2", "h2"]
+    await asyncio.sleep(0.3)
+    await publisher.flush(timeout=2)
+    resyncs = [message for group, message in layer.sent if group == LIVE_GROUP]
+    assert [m["type"] for m in resyncs] == ["approvals.resync", "approvals.resync"]
+    assert resyncs[0]["healthy_since"] == resyncs[1]["healthy_since"]
+    layer.sent.clear()
+    await _send_from_a_thread(_batch(3))  # no failure since: no more asking
+    await asyncio.sleep(0.3)
+    await publisher.flush(timeout=2)
+    assert layer.sent == _batch(3)

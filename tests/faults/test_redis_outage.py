@@ -151,6 +151,16 @@ def test_decisions_work_while_redis_is_down_and_the_inbox_heals_after(stack):
                 "the socket opened before the outage stayed open but deaf after Redis came back"
                 f" (a new socket while Redis was down: {while_down}; frames: {frames!r})"
             )
+            # Nor stale: it missed what changed during the outage (pk1 decided, pk4 new), so
+            # once pushes work again it gets its list re-rendered from the database (or is
+            # closed, and the page reconnects to the same effect).
+            try:
+                caught_up, frames = _frames_until(ws, _card(pk4), timeout=20)
+            except ConnectionClosed:
+                caught_up, frames = True, []
+            assert caught_up, f"the socket opened before the outage stayed stale: {frames!r}"
+            if frames:  # the list as the database has it
+                assert _card(pk1) not in frames[-1], "the decided request is still listed"
 
     assert worker.alive()
     assert stack.wait_status(runs[1], {"done"}).text.startswith("model read: pay=relay declined")
