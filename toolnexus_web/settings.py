@@ -11,7 +11,6 @@ import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import dj_database_url
 from csp.constants import NONE, SELF
@@ -251,6 +250,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # -- live push -----------------------------------------------------------------------------
 
 REDIS_URL = env("REDIS_URL")
+
+
+def _redis_db(url: str) -> int:
+    from redis.connection import parse_url  # as channels-redis's pool reads the URL
+
+    return int(parse_url(url).get("db") or 0)
+
+
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -268,11 +275,15 @@ if REDIS_URL:
                         # 5 s timeout by default).
                         "socket_timeout": 15,
                         "socket_connect_timeout": 5,
+                        # A subscription idle for long is pinged, so a connection a proxy
+                        # dropped silently is noticed and made again (not deaf for good).
+                        "health_check_interval": 30,
+                        "socket_keepalive": True,
                     }
                 ],
                 # Pub/sub channels ignore Redis database numbers: the names carry it, so that
                 # deployments on other databases of one Redis stay apart as before.
-                "prefix": f"toolnexus.{urlsplit(REDIS_URL).path.strip('/') or '0'}.",
+                "prefix": f"toolnexus.{_redis_db(REDIS_URL)}.",
             },
         }
     }

@@ -94,7 +94,7 @@ class _Base(AsyncWebsocketConsumer):
         self.session_key = getattr(session, "session_key", None)
         self.session_tag = session_tag(self.session_key)
         self.checked_at = time.monotonic()
-        self.connected_at = time.time()  # wall clock: compared with other processes' times
+        self.fresh_at = time.monotonic()  # when the page last got the database's state
         self.ended = False
         if not await self._count_socket():
             await self.close(code=TOO_MANY)
@@ -166,13 +166,17 @@ class _Base(AsyncWebsocketConsumer):
         await self._recheck()
 
     async def approvals_resync(self, event: dict) -> None:
-        """The live layer dropped messages (it was down) and works again: unless this page
-        connected since, it gets its live region re-rendered from the database, as after a
-        reconnect (`catch_up`)."""
-        if self.ended or self.connected_at >= float(event.get("healthy_since") or 0):
+        """The live layer dropped messages (it was down) and works again since `age` seconds:
+        unless this page connected or caught up since, it gets its live region re-rendered
+        from the database, as after a reconnect (`catch_up`)."""
+        healthy_at = time.monotonic() - float(event.get("age") or 0)
+        if self.ended or self.fresh_at >= healthy_at or not await self.still_allowed():
             return
-        if await self.still_allowed():
+        self.fresh_at = time.monotonic()
+        try:
             await self.catch_up()
+        except Exception:  # the page stays as it was; the next change or reconnect heals it
+            log.exception("a live page could not catch up after the layer came back")
 
     async def catch_up(self) -> None:
         raise NotImplementedError
@@ -298,14 +302,15 @@ class InboxConsumer(_Base):
         return rendering.request_list(self.scope["user"], self.params, self.page)
 
     async def catch_up(self) -> None:
-        """The list as the page now filters it, and the card it shows if that request was
-        decided meanwhile (the page keeps a card the reviewer is working in, and says who
-        decided): what a reconnect brings."""
+        """What a reconnect brings: the list as the page now filters it (on which the page
+        says again which card it shows, with `resync`, and gets that card if the request
+        was decided meanwhile); a request's own page gets that card directly. The page
+        keeps a card the reviewer is working in and says who decided."""
         if not self.single:
             await self.push(
                 await database_sync_to_async(self._list_snapshot, thread_sensitive=False)()
             )
-        if self.viewing:
+        elif self.viewing:
             await self.push(
                 await database_sync_to_async(self._decided_card, thread_sensitive=False)(
                     self.viewing

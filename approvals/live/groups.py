@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 INBOX_GROUP = "approvals.inbox"
-# Every live page: told to reconnect after the layer dropped messages (`publisher`).
+# Every live page: told to catch up from the database after the layer dropped messages
+# (`publisher`).
 LIVE_GROUP = "approvals.live"
 
 

@@ -131,6 +131,15 @@ def _starter_of(row: ApprovalRequest) -> Any:
 
 Messages = list[tuple[str, dict[str, Any]]]
 
+# A send failed because the layer could not be reached (not because of one bad message).
+try:
+    from redis.exceptions import ConnectionError as _RedisDown
+    from redis.exceptions import TimeoutError as _RedisTimeout
+
+    LAYER_DOWN: tuple[type[BaseException], ...] = (OSError, TimeoutError, _RedisDown, _RedisTimeout)
+except ImportError:  # no Redis client installed: the in-memory layer
+    LAYER_DOWN = (OSError, TimeoutError)
+
 
 def send(messages: Messages) -> None:
     """Send these messages in order: queued on the calling thread's serving loop, or at once
@@ -173,9 +182,12 @@ class _LoopSender:
     )
     registry_lock = threading.Lock()
     MAX_QUEUED = 50_000  # messages: a layer that is down must not grow the queue without end
-    # After sends failed (the layer was down), the first one that works asks every live page
-    # to reconnect, twice: the other processes' subscriptions may take a moment to come back,
-    # and a page that connected since ignores it (`_Base.approvals_resync`).
+    # Sends that failed because the layer was down mean pages missed changes. A probe (a
+    # resync message) is sent every PROBE_EVERY seconds until one goes through; then every
+    # live page is asked to catch up, again RESYNC_AFTER seconds later for the processes
+    # whose subscriptions take a moment to come back (a page that caught up or connected
+    # since ignores it: `_Base.approvals_resync`).
+    PROBE_EVERY = 5.0
     RESYNC_AFTER = (2.0, 10.0)
 
     def __init__(self) -> None:
@@ -183,6 +195,7 @@ class _LoopSender:
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
         self.failing = False
+        self.probing = False
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopSender | None:
@@ -222,9 +235,11 @@ class _LoopSender:
                 await layer.group_send(group, message)
             except asyncio.CancelledError:
                 raise  # still queued: the drain after the cancellation sends it (again)
-            except Exception:
+            except Exception as exc:
                 log.exception("live push of %s to %s failed", message.get("type"), group)
-                self.failing = True
+                if isinstance(exc, LAYER_DOWN):
+                    self.failing = True
+                    self._probe_later(layer)
             else:
                 if self.failing:
                     self.failing = False
@@ -232,14 +247,39 @@ class _LoopSender:
             self.pending.popleft()
         self.dropped = 0  # the next overflow is reported from its first drop
 
-    def _resync_later(self, layer: Any) -> None:
-        """Pages missed the changes whose sends failed: ask them all to reconnect (their
-        snapshot on connect is the database's state), once the layer works again."""
-        log.warning("live push works again: every live page reconnects to catch up")
+    def _probe_later(self, layer: Any) -> None:
+        if self.probing:
+            return
+        self.probing = True
         loop = asyncio.get_running_loop()
-        message = {"type": "approvals.resync", "healthy_since": time.time()}
+
+        def probe() -> None:
+            self.probing = False
+            if self.failing:  # nothing went through since: try (this probe fails: again)
+                _LoopSender.queue(loop, layer, [(LIVE_GROUP, resync_message(0.0))])
+
+        loop.call_later(self.PROBE_EVERY, probe)
+
+    def _resync_later(self, layer: Any) -> None:
+        """Pages missed the changes whose sends failed: ask them all to catch up from the
+        database once the layer works again."""
+        log.warning("live push works again: every live page catches up from the database")
+        loop = asyncio.get_running_loop()
+        healthy = time.monotonic()
+
+        def resync() -> None:
+            message = resync_message(time.monotonic() - healthy)
+            _LoopSender.queue(loop, layer, [(LIVE_GROUP, message)])
+
         for delay in self.RESYNC_AFTER:
-            loop.call_later(delay, _LoopSender.queue, loop, layer, [(LIVE_GROUP, message)])
+            loop.call_later(delay, resync)
+
+
+def resync_message(age: float) -> dict[str, Any]:
+    """Every live page that neither connected nor caught up in the last `age` seconds (the
+    layer works again since then) re-renders its live region from the database. An age,
+    not a time: the processes' clocks need not agree."""
+    return {"type": "approvals.resync", "age": age}
 
 
 async def flush(timeout: float | None = None) -> None:

@@ -184,7 +184,7 @@ def test_messages_queued_on_a_loop_that_ends_are_all_sent_and_the_loop_let_go(mo
 
 
 @pytest.mark.django_db(transaction=False)
-async def test_once_sends_work_again_after_failing_every_live_page_is_asked_to_reconnect(
+async def test_once_sends_work_again_after_failing_every_live_page_is_asked_to_catch_up(
     monkeypatch,
 ):
     from approvals.live.groups import LIVE_GROUP
@@ -192,7 +192,8 @@ async def test_once_sends_work_again_after_failing_every_live_page_is_asked_to_r
     layer = _Layer(fail_group="h1")
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05, 0.1))
-    await _send_from_a_thread(_batch(1))  # h1 fails: pages missed it
+    monkeypatch.setattr(publisher._LoopSender, "PROBE_EVERY", 10.0)
+    await _send_from_a_thread(_batch(1))  # h1 fails (the layer is down): pages missed it
     await _send_from_a_thread(_batch(2))  # works again
     await publisher.flush(timeout=2)
     assert [group for group, _ in layer.sent] == ["g1", "g2", "h2"]
@@ -200,9 +201,62 @@ async def test_once_sends_work_again_after_failing_every_live_page_is_asked_to_r
     await publisher.flush(timeout=2)
     resyncs = [message for group, message in layer.sent if group == LIVE_GROUP]
     assert [m["type"] for m in resyncs] == ["approvals.resync", "approvals.resync"]
-    assert resyncs[0]["healthy_since"] == resyncs[1]["healthy_since"]
+    assert 0.04 < resyncs[0]["age"] < resyncs[1]["age"] < 1  # seconds since it works again
     layer.sent.clear()
     await _send_from_a_thread(_batch(3))  # no failure since: no more asking
     await asyncio.sleep(0.3)
     await publisher.flush(timeout=2)
     assert layer.sent == _batch(3)
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_after_a_failure_the_layer_is_probed_until_it_works_then_pages_catch_up(
+    monkeypatch,
+):
+    """Nothing else to send after the failure (a quiet server): probes find the layer back."""
+    from approvals.live.groups import LIVE_GROUP
+
+    layer = _Layer(fail_group=LIVE_GROUP)  # down: every send fails, probes too
+    layer.fail_group = None
+    down = {"on": True}
+    original = layer.group_send
+
+    async def group_send(group, message):
+        if down["on"]:
+            raise ConnectionError("the layer is down")
+        await original(group, message)
+
+    layer.group_send = group_send
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05,))
+    monkeypatch.setattr(publisher._LoopSender, "PROBE_EVERY", 0.05)
+    await _send_from_a_thread(_batch(1))
+    await asyncio.sleep(0.3)  # probes went out meanwhile and failed
+    assert layer.sent == []
+    down["on"] = False
+    await asyncio.sleep(0.4)
+    await publisher.flush(timeout=2)
+    groups = [group for group, _ in layer.sent]
+    assert groups and set(groups) == {LIVE_GROUP}  # the probe that worked, then the resync
+    assert len(groups) == 2
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_a_message_that_fails_by_itself_does_not_make_pages_catch_up(monkeypatch):
+    layer = _Layer()
+    sent = layer.group_send
+
+    async def group_send(group, message):
+        if message.get("n") == 1:
+            raise TypeError("cannot serialise this message")
+        await sent(group, message)
+
+    layer.group_send = group_send
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05,))
+    monkeypatch.setattr(publisher._LoopSender, "PROBE_EVERY", 0.05)
+    await _send_from_a_thread(_batch(1))
+    await _send_from_a_thread(_batch(2))
+    await asyncio.sleep(0.3)
+    await publisher.flush(timeout=2)
+    assert layer.sent == _batch(2)
