@@ -98,13 +98,13 @@ def test_only_a_worker_taking_a_run_is_a_status_only_change(monkeypatch):
 
 class _Layer:
     """A channel layer that records group_sends: optionally held until released, taking
-    `delay` seconds each (so that a cancellation can land in the middle of one), or failing
-    for one group."""
+    `delay` seconds each (so that a cancellation can land in the middle of one), or raising
+    what `fail(group, message)` returns (None: the send works)."""
 
-    def __init__(self, *, fail_group: str | None = None, delay: float = 0.0) -> None:
+    def __init__(self, *, fail=None, delay: float = 0.0) -> None:
         self.sent: list[tuple[str, dict]] = []
         self.release: asyncio.Event | None = None
-        self.fail_group = fail_group
+        self.fail = fail or (lambda group, message: None)
         self.delay = delay
 
     async def group_send(self, group: str, message: dict) -> None:
@@ -112,9 +112,13 @@ class _Layer:
             await self.release.wait()
         if self.delay:
             await asyncio.sleep(self.delay)
-        if group == self.fail_group:
-            raise ConnectionError("the layer is down")
+        if (error := self.fail(group, message)) is not None:
+            raise error
         self.sent.append((group, message))
+
+
+def _down_for(group: str):
+    return lambda g, message: ConnectionError("the layer is down") if g == group else None
 
 
 def _batch(n: int) -> list[tuple[str, dict]]:
@@ -146,7 +150,7 @@ async def test_on_a_serving_loop_a_send_is_queued_and_returns_before_the_layer_s
 
 @pytest.mark.django_db(transaction=False)
 async def test_a_failed_send_is_logged_and_the_next_messages_still_go(monkeypatch, caplog):
-    layer = _Layer(fail_group="h1")
+    layer = _Layer(fail=_down_for("h1"))
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     await _send_from_a_thread(_batch(1))
     await _send_from_a_thread(_batch(2))
@@ -189,7 +193,7 @@ async def test_once_sends_work_again_after_failing_every_live_page_is_asked_to_c
 ):
     from approvals.live.groups import LIVE_GROUP
 
-    layer = _Layer(fail_group="h1")
+    layer = _Layer(fail=_down_for("h1"))
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05, 0.1))
     monkeypatch.setattr(publisher._LoopSender, "PROBE_EVERY", 10.0)
@@ -216,17 +220,8 @@ async def test_after_a_failure_the_layer_is_probed_until_it_works_then_pages_cat
     """Nothing else to send after the failure (a quiet server): probes find the layer back."""
     from approvals.live.groups import LIVE_GROUP
 
-    layer = _Layer(fail_group=LIVE_GROUP)  # down: every send fails, probes too
-    layer.fail_group = None
-    down = {"on": True}
-    original = layer.group_send
-
-    async def group_send(group, message):
-        if down["on"]:
-            raise ConnectionError("the layer is down")
-        await original(group, message)
-
-    layer.group_send = group_send
+    down = {"on": True}  # every send fails, probes too, until the layer is back
+    layer = _Layer(fail=lambda g, m: ConnectionError("the layer is down") if down["on"] else None)
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05,))
     monkeypatch.setattr(publisher._LoopSender, "PROBE_EVERY", 0.05)
@@ -243,15 +238,7 @@ async def test_after_a_failure_the_layer_is_probed_until_it_works_then_pages_cat
 
 @pytest.mark.django_db(transaction=False)
 async def test_a_message_that_fails_by_itself_does_not_make_pages_catch_up(monkeypatch):
-    layer = _Layer()
-    sent = layer.group_send
-
-    async def group_send(group, message):
-        if message.get("n") == 1:
-            raise TypeError("cannot serialise this message")
-        await sent(group, message)
-
-    layer.group_send = group_send
+    layer = _Layer(fail=lambda g, m: TypeError("cannot serialise this") if m["n"] == 1 else None)
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(publisher._LoopSender, "RESYNC_AFTER", (0.05,))
     monkeypatch.setattr(publisher._LoopSender, "PROBE_EVERY", 0.05)
