@@ -12,9 +12,16 @@ from functools import wraps
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.staticfiles.storage import staticfiles_storage
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseServerError,
+    JsonResponse,
+)
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -575,9 +582,11 @@ def _is_api(request: HttpRequest) -> bool:
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: JSON under the API, else the app's own page (its header and stylesheet,
+    readable on a phone) with a way back to the inbox."""
     if _is_api(request):
         return JsonResponse({"detail": "Not Found: no endpoint at this URL"}, status=404)
-    return defaults.page_not_found(request, exception)
+    return _render(request, "approvals/404.html", status=404)
 
 
 def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
@@ -595,10 +604,28 @@ def locked_out(request: HttpRequest, original_response=None, credentials=None) -
     return response
 
 
+def _stylesheet_url() -> str | None:
+    """app.css's URL, or None: with DEBUG off the manifest storage raises for a file that
+    `collectstatic` did not collect (with no manifest every other page fails: this one must not)."""
+    try:
+        return staticfiles_storage.url("approvals/app.css")
+    except Exception:
+        return None
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: JSON under the API, else a page readable on a phone that cannot fail in
+    turn. Something is broken when it shows, so it reads nothing that may be: the template
+    is rendered without the request (no context processor, user, session or query) and the
+    stylesheet's URL is looked up here, guarded; Django's own plain page if even that
+    template fails."""
     if _is_api(request):
         return JsonResponse({"detail": "Internal server error"}, status=500)
-    return defaults.server_error(request)
+    try:
+        html = render_to_string("approvals/500.html", {"stylesheet": _stylesheet_url()})
+    except Exception:
+        return defaults.server_error(request)
+    return HttpResponseServerError(html)
 
 
 # What each page or action needs: `permission_required(..., raise_exception=True)` raises a
