@@ -7,7 +7,8 @@ The outcome of each id, in the order given:
 
 - "done": decided now.
 - "already": someone decided it first (the message names who and when).
-- "invalid": bulk approve does not fit it (see below), or the service refused the input.
+- "invalid": bulk approve does not fit it (see below), another reviewer holds a claim on
+  it, or the service refused the input.
 - "forbidden": the user may not decide it (the agent's groups, the starter rule).
 - "missing": no such request, or one of an agent hidden from the user.
 
@@ -24,7 +25,9 @@ Questions, input requests, MCP questions (elicitation), sign-ins and a host's ow
 need a typed answer or a consent the reviewer gives on the card: "invalid" for bulk
 approve. Bulk decline accepts every kind, with one reason for all.
 
-Claims are advisory here as on the card: a request another reviewer claimed is decided too.
+A request another reviewer has claimed (an active claim) is left undecided, "invalid" with
+"claimed by <name>: open it to take it over": taking over a claim is done on the card, one
+request at a time. The user's own claims and lapsed claims hold nothing back.
 """
 
 from __future__ import annotations
