@@ -1027,6 +1027,7 @@ class Bench:
                 "DATABASE_URL": f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}"
                 "?application_name=bench_tw",
                 "DATABASE_POOL": "1" if self.args.pool else "0",
+                "DATABASE_PREPARED": "1" if self.args.prepared else "0",
                 "DJANGO_STATIC_ROOT": str(self.tmp / "static"),
                 "TOOLNEXUS_LOG_LEVEL": "WARNING",
             }
@@ -1428,6 +1429,7 @@ class Bench:
         )
         print(
             f"  toolnexus-web: DATABASE_POOL={'1' if a.pool else '0'} "
+            f"DATABASE_PREPARED={'1' if a.prepared else '0'} "
             f"(pool {'on' if getattr(self, 'tw_pool', a.pool) else 'off'}), DJANGO_DEBUG=0, "
             f"REDIS_URL unset (in-memory channel layer), agent "
             f"{TW_AGENT if a.tw_agent == 'bench' else 'demo'}, worker loop = Worker.run_forever"
@@ -1488,6 +1490,13 @@ def main(argv: list[str] | None = None) -> int:
         help="toolnexus-web with DATABASE_POOL=1 (default) or without",
     )
     ap.add_argument(
+        "--prepared",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="toolnexus-web with DATABASE_PREPARED=1 (default: server-side binding, prepared"
+        " statements) or binding on the client",
+    )
+    ap.add_argument(
         "--tw-agent",
         choices=["bench", "demo"],
         default="bench",
@@ -1510,7 +1519,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"python {platform.python_version()}, {os.cpu_count()} CPU(s); "
             f"N={args.runs}, rounds={args.rounds}, warm-up={args.warmup}, "
-            f"pool={'on' if args.pool else 'off'}",
+            f"pool={'on' if args.pool else 'off'}, "
+            f"prepared={'on' if args.prepared else 'off'}",
             flush=True,
         )
         bench.setup()

@@ -218,6 +218,17 @@ if DATABASE_URL:
             # Fail a request fast (503) rather than wait 30 s for a connection in an outage.
             "timeout": float(env("DATABASE_POOL_TIMEOUT", "5")),
         }
+    # Parameters bound by the server, and a statement run 5 times on a connection prepared
+    # there: PostgreSQL then parses and plans the decision path's statements once per
+    # connection, not on every call (bench/vs_langgraph.py, docs/operations.md).
+    # DATABASE_PREPARED=0 binds on the client as Django does by default: for a pooler that
+    # cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+        "DATABASE_PREPARED", True
+    ):
+        _options = DATABASES["default"].setdefault("OPTIONS", {})
+        _options.setdefault("server_side_binding", True)
+        _options.setdefault("prepare_threshold", 5)
 else:
     DATABASES = {
         "default": {

@@ -1,0 +1,55 @@
+"""How the project talks to PostgreSQL: server-side binding with prepared statements by
+default (the decision path's statements parsed and planned once per connection), and
+DATABASE_PREPARED=0 for a pooler that cannot keep them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+
+from approvals.models import Run
+
+from .test_security_defaults import _python
+
+pytestmark = pytest.mark.django_db
+
+PG_URL = "postgres://someone@db.example:5432/toolnexus"  # settings only: nothing connects
+
+
+def _options(tmp_path, **extra) -> dict:
+    done = _python(
+        tmp_path,
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps(s.DATABASES['default'].get('OPTIONS', {}), default=str))",
+        **extra,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_postgresql_binds_on_the_server_and_prepares_repeated_statements(tmp_path):
+    options = _options(tmp_path, DATABASE_URL=PG_URL)
+    assert options["server_side_binding"] is True
+    assert options["prepare_threshold"] == 5
+
+
+def test_database_prepared_0_binds_on_the_client(tmp_path):
+    options = _options(tmp_path, DATABASE_URL=PG_URL, DATABASE_PREPARED="0")
+    assert "server_side_binding" not in options and "prepare_threshold" not in options
+
+
+def test_sqlite_has_no_postgresql_options(tmp_path):
+    options = _options(tmp_path)
+    assert "server_side_binding" not in options
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only")
+def test_a_statement_run_often_is_prepared_on_the_connection():
+    for _ in range(6):
+        Run.objects.filter(status="pending").exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('"approvals_run"' in sql for sql in prepared), prepared
