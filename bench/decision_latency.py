@@ -467,6 +467,7 @@ def print_report(phases: list[Phase], args, bench: Bench, topo: Topology) -> boo
     print(
         f"Decision latency: {len(topo.servers)} Daphne server(s), {len(topo.workers)} db_worker(s), "
         f"PostgreSQL + Redis on loopback, DEBUG off, pool {'on' if not args.no_pool else 'off'}, "
+        f"prepared statements {'off' if args.no_prepared else 'on'}, "
         f"worker poll {args.worker_interval} s; {args.rounds} round(s), ours and floor alternating."
     )
     pace = (

@@ -480,7 +480,8 @@ async def main_async(args, topo: Topology) -> int:
     print()
     print(
         f"Throughput: {len(topo.servers)} Daphne server(s), PostgreSQL + Redis on loopback, "
-        f"DEBUG off, pool {'off' if args.no_pool else 'on'}, worker poll {args.worker_interval} s; "
+        f"DEBUG off, pool {'off' if args.no_pool else 'on'}, "
+        f"prepared statements {'off' if args.no_prepared else 'on'}, worker poll {args.worker_interval} s; "
         "half the decisions approve (refund executor runs), half decline."
     )
     head = (

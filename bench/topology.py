@@ -59,6 +59,7 @@ class Config:
     worker_interval: float = 0.2
     pool: bool = True
     pool_size: int = 10
+    prepared: bool = True
     keep_logs: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -74,6 +75,11 @@ def add_topology_args(ap, *, db_name: str, redis_db: int, workers_help: str) -> 
     ap.add_argument(
         "--pool-size", type=int, default=10, help="DATABASE_POOL_SIZE per process (default 10)"
     )
+    ap.add_argument(
+        "--no-prepared",
+        action="store_true",
+        help="DATABASE_PREPARED off (parameters bound on the client, no prepared statements)",
+    )
     ap.add_argument("--db-name", default=db_name)
     ap.add_argument("--redis-db", type=int, default=redis_db)
     ap.add_argument("--keep-logs", action="store_true", help="keep the processes' logs")
@@ -88,6 +94,7 @@ def config_from_args(args, **extra_env: str) -> Config:
         worker_interval=args.worker_interval,
         pool=not args.no_pool,
         pool_size=args.pool_size,
+        prepared=not args.no_prepared,
         keep_logs=args.keep_logs,
         extra_env=extra_env,
     )
@@ -267,9 +274,10 @@ class Topology:
                 "TOOLNEXUS_API_USER_RATE": "0",
             }
         )
-        if self.cfg.pool:
-            env["DATABASE_POOL"] = "1"
-            env["DATABASE_POOL_SIZE"] = str(self.cfg.pool_size)
+        # Both said either way: the settings' defaults (on) would make an unset "off" a no-op.
+        env["DATABASE_POOL"] = "1" if self.cfg.pool else "0"
+        env["DATABASE_POOL_SIZE"] = str(self.cfg.pool_size)
+        env["DATABASE_PREPARED"] = "1" if self.cfg.prepared else "0"
         env.update(self.cfg.extra_env)
         return env
 
