@@ -211,29 +211,67 @@ def filter_notices(params, query: selectors.InboxQuery, agent_names: list[str]) 
     return notices
 
 
-def counts_context(user, params, *, now=None) -> dict:
+def menu_options(agent_names: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """The filter menus' options, (value, label), in the order they show: "all" first for
+    agent and kind, last for state."""
+    return {
+        "agent": [("", "all"), *((name, name) for name in agent_names)],
+        "kind": [("", "all"), *KINDS],
+        "state": [*ApprovalRequest.State.choices, ("all", "all")],
+    }
+
+
+def menus(query: selectors.InboxQuery, options: dict, counts: dict[str, dict[str, int]]) -> dict:
+    """Each filter menu's options with the number of rows the list shows when it is chosen
+    (the query's other filters kept), capped as the chips are: "refund (12)", "(1000+)".
+    `dom_id` names the option for the counts a list update swaps in (`menu-counts`)."""
+    out = {}
+    for menu, choices in options.items():
+        chosen = getattr(query, menu)
+        out[menu] = [
+            {
+                "value": value,
+                "label": f"{label} ({selectors.count_label(counts[menu].get(value, 0))})",
+                "selected": value == chosen,
+                "dom_id": f"filter-{menu}-{value.encode().hex() or 'any'}",
+            }
+            for value, label in choices
+        ]
+    return out
+
+
+def counts_context(user, params, *, now=None, agent_names: list[str] | None = None) -> dict:
     """The inbox's counts for one viewer (two queries): the list's, the page title's (pending,
-    less what the viewer snoozed or ignored) and the chips'."""
+    less what the viewer snoozed or ignored) and the chips'; with `agent_names` (the agent
+    menu's) the filter menus' too, in the same two queries (`menus`). Live count pushes ask
+    without: they update the list's count and the chips', the menus' follow with the list."""
     query = inbox_query(params)
+    options = menu_options(agent_names) if agent_names is not None else {}
     counts = selectors.inbox_counts(
-        query, user_id=user.pk, hidden_agents=hidden_agents(user), now=now or timezone.now()
+        query,
+        user_id=user.pk,
+        hidden_agents=hidden_agents(user),
+        now=now or timezone.now(),
+        options={menu: [value for value, _ in pairs] for menu, pairs in options.items()} or None,
     )
     return {
         "query": query,
         "filters": {**query.as_params(), "state": query.state},
         "counts": counts,
         "chips": chips(query, counts),
+        "menus": menus(query, options, counts["options"]) if options else {},
         "count": counts["matching"],
         "pending": counts["waiting"],
     }
 
 
 def list_context(user, params, page_number=None, *, now=None) -> dict:
-    """The inbox list: filters, chip counts, one page of rows (4 queries: the counts' two,
-    the page's rows and their calls; a page past the end of a list counted past the cap,
-    one more, for which page is the last: see `_page`)."""
+    """The inbox list: filters (their menus' counts), chip counts, one page of rows (4
+    queries: the counts' two, the page's rows and their calls; a page past the end of a
+    list counted past the cap, one more, for which page is the last: see `_page`)."""
     now = now or timezone.now()
-    counted = counts_context(user, params, now=now)
+    agent_names = agents_visible_to(user, [a.name for a in agents.all()])
+    counted = counts_context(user, params, now=now, agent_names=agent_names)
     query = counted["query"]
     hidden = hidden_agents(user)  # per-agent access: not listed, not counted
     reads = {"user_id": user.pk, "hidden_agents": hidden, "now": now}
@@ -247,7 +285,6 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
     filters = query.as_params()
     filter_query = urlencode(filters)
     selected = selected_id(params)
-    agent_names = agents_visible_to(user, [a.name for a in agents.all()])
     return {
         **counted,
         "notices": filter_notices(params, query, agent_names),

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from contextlib import suppress
-from datetime import datetime, timedelta
-from functools import wraps
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import cache, wraps
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo, available_timezones
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
@@ -39,7 +40,8 @@ VIEW_REQUESTS = views.VIEW_REQUESTS
 DECIDE = views.DECIDE
 MAX_BULK = 500
 MAX_SNOOZE_MINUTES = 60 * 24 * 30  # 30 days
-SNOOZE_MORNING_HOUR = 9  # "until tomorrow": 09:00 UTC
+SNOOZE_MORNING_HOUR = 9  # "until tomorrow": 09:00 in the reviewer's time zone (else UTC)
+MAX_ZONE_CHARS = 64  # the longest IANA name is 32 characters
 CLAIM_BAR = "approvals/_triage.html#claim-bar"
 BULK_RESULT = "approvals/_triage.html#bulk-result"
 
@@ -207,13 +209,35 @@ def request_release(request: HttpRequest, request_id: str) -> HttpResponse:
 # -- snooze, ignore, un-hide -------------------------------------------------------------------
 
 
-def snooze_until(choice: str, minutes: str, now: datetime) -> datetime:
-    """When a snooze ends: "1h", "tomorrow" (09:00 UTC the next day) or "minutes"."""
+@cache
+def _zone_names() -> frozenset[str]:
+    """The IANA time zone names this server knows (the system's database, or tzdata's);
+    "localtime" is the server's own zone, not a name a browser gives."""
+    return frozenset(available_timezones()) - {"localtime"}
+
+
+def snooze_zone(name: str | None) -> ZoneInfo | None:
+    """The time zone the reviewer's browser names (its IANA name, as
+    Intl.DateTimeFormat().resolvedOptions().timeZone gives it: "Europe/Paris"), or None
+    when it is missing or unknown here: the snooze then reads UTC, never an error."""
+    name = (name or "").strip()
+    if not name or len(name) > MAX_ZONE_CHARS or name not in _zone_names():
+        return None
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        return None
+
+
+def snooze_until(choice: str, minutes: str, now: datetime, zone: tzinfo | None = None) -> datetime:
+    """When a snooze ends: "1h", "tomorrow" (09:00 the next day in `zone`, the reviewer's
+    time zone; UTC without one) or "minutes"."""
     if choice == "1h":
         return now + timedelta(hours=1)
     if choice == "tomorrow":
-        day = (now + timedelta(days=1)).date()
-        return datetime(day.year, day.month, day.day, SNOOZE_MORNING_HOUR, tzinfo=now.tzinfo)
+        zone = zone or UTC
+        day = now.astimezone(zone).date() + timedelta(days=1)
+        return datetime(day.year, day.month, day.day, SNOOZE_MORNING_HOUR, tzinfo=zone)
     if choice == "minutes":
         try:
             n = int(minutes.strip())
@@ -233,18 +257,31 @@ def request_snooze(request: HttpRequest, request_id: str) -> HttpResponse:
     choice, minutes = request.POST.get("for", ""), request.POST.get("minutes", "")
     if not choice and minutes.strip():
         choice = "minutes"  # only the minutes were given
+    zone = snooze_zone(request.POST.get("tz"))  # the browser's zone (app.js); else UTC
     try:
-        until = snooze_until(choice, minutes, timezone.now())
+        until = snooze_until(choice, minutes, timezone.now(), zone)
     except ValueError as exc:
         return _claim_bar(request, row.request_id, str(exc), "error")
     return _act(
         request,
         request_id,
         lambda: services.request_hide(request_id=request_id, user=request.user, until=until),
-        f"Snoozed until {until:%Y-%m-%d %H:%M} UTC: hidden for you until then "
+        f"Snoozed until {_snooze_end(until, zone)}: hidden for you until then "
         "(others still see it).",
         trigger={"toolnexus:hidden": {"id": request_id}},
     )
+
+
+def _snooze_end(until: datetime, zone: ZoneInfo | None) -> str:
+    """When a snooze ends, in the reviewer's zone and in UTC (which the claim bar shows):
+    "2026-03-12 09:00 Asia/Tokyo (00:00 UTC)"; without a zone, "2026-03-12 09:00 UTC"."""
+    if zone is None:
+        return f"{until.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    local = until.astimezone(zone)
+    text = f"{local:%Y-%m-%d %H:%M} {zone.key}"
+    if local.utcoffset() == timedelta(0):
+        return text
+    return f"{text} ({until.astimezone(UTC):%H:%M} UTC)"
 
 
 @_view_view

@@ -13,7 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals import services
+from approvals import agents, services
+from approvals.agents.demo import demo_tools
 from approvals.models import ApprovalRequest, Run
 from approvals.presenters.cards import request_row, row_summary
 
@@ -242,9 +243,28 @@ def test_the_inbox_costs_the_same_queries_for_5_or_25_requests(
     with CaptureQueriesContext(connection) as seen:
         assert client.get(path).status_code == 200
     halt(20)  # a full page of 20 rows now
-    with django_assert_num_queries(len(seen)):
-        html = client.get(path).content.decode()
+    # ...and more options in the filter menus, each with its count: agents, decided states
+    extra = [f"extra-{i}" for i in range(3)]
+    for name in extra:
+        agents.register(name, model=lambda: None, tools=demo_tools, replace=True)
+        make_request(agent=name, kind="question")
+    approved = make_request(kind="approval")
+    ApprovalRequest.objects.filter(pk=approved.pk).update(
+        state="approved", decided_at=timezone.now()
+    )
+    try:
+        with django_assert_num_queries(len(seen)) as again:
+            html = client.get(path).content.decode()
+    finally:
+        for name in extra:
+            agents.unregister(name)
     assert len(row_ids(html)) == 20
+    assert ">extra-2 (1)</option>" in html and ">Approved (1)</option>" in html
+    # the menus' counts ride in the counts' two statements (each option a capped subquery)
+    for captured in (seen, again):
+        assert sum("COUNT(" in q["sql"] for q in captured.captured_queries) == 2
+    if not selected:
+        assert len(seen) == 7  # session, user, permissions, the counts' two, rows, calls
 
 
 # -- links that cannot be followed say why --------------------------------------------------------

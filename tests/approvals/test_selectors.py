@@ -293,6 +293,163 @@ def test_counting_stops_past_the_cap_and_reads_as_more_than_it():
     assert [selectors.count_label(n, cap=2) for n in (0, 2, 3)] == ["0", "2", "2+"]
 
 
+# -- the filter menus' counts ------------------------------------------------------------------
+
+MENUS = {
+    "agent": ["", "demo", "demo2"],
+    "kind": ["", "tool_call", "approval", "question"],
+    "state": ["pending", "approved", "declined", "all"],
+}
+
+
+def option_counts(user, *, cap=None, hidden_agents=(), **query) -> dict[str, dict[str, int]]:
+    return selectors.inbox_counts(
+        InboxQuery(**query), user_id=user.pk, cap=cap, hidden_agents=hidden_agents, options=MENUS
+    )["options"]
+
+
+def decide(row: ApprovalRequest, state: str) -> None:
+    ApprovalRequest.objects.filter(pk=row.pk).update(state=state, decided_at=timezone.now())
+
+
+@pytest.fixture
+def menu_rows(second_demo_agent):
+    """Pending and decided requests of two agents and three kinds; `me` claimed one and hid
+    one, another reviewer claimed one."""
+    me, other = make_user(), make_user()
+    rows = {
+        "demo refund mine": make_request(prompt="refund mine"),
+        "demo refund theirs": make_request(prompt="refund theirs"),
+        "demo refund hidden": make_request(prompt="refund hidden"),
+        "demo question": make_request(prompt="which refund?", kind="question"),
+        "demo2 approval": make_request(agent="demo2", kind="approval", prompt="delete it"),
+        "demo2 refund": make_request(agent="demo2", prompt="refund two"),
+        "demo declined": make_request(prompt="refund declined"),
+        "demo2 approved": make_request(agent="demo2", kind="approval", prompt="approved one"),
+    }
+    claim(rows["demo refund mine"], me)
+    claim(rows["demo refund theirs"], other)
+    services.request_hide(request_id=rows["demo refund hidden"].request_id, user=me)
+    decide(rows["demo declined"], "declined")
+    decide(rows["demo2 approved"], "approved")
+    return me, rows
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"agent": "demo"},
+        {"agent": "demo2", "kind": "approval"},
+        {"state": "all", "q": "refund"},
+        {"claim": "unclaimed"},
+        {"claim": "mine", "state": "all"},
+        {"hidden": "only"},
+        {"state": "declined", "kind": "tool_call"},
+        {"overdue": True},
+    ],
+)
+def test_each_option_counts_what_the_list_shows_with_it_chosen(menu_rows, query):
+    me, _ = menu_rows
+    counted = option_counts(me, **query)
+    assert list(counted) == ["agent", "kind", "state"]
+    for menu, values in MENUS.items():
+        assert list(counted[menu]) == values  # every option, in the menu's order
+        for value in values:
+            listed = inbox(me, **{**query, menu: value})
+            assert counted[menu][value] == len(listed), (menu, value)
+
+
+def test_option_counts_keep_the_other_filters(menu_rows):
+    me, _ = menu_rows
+    # agent demo: its pending rows less what I hid, whichever kind or state is chosen
+    assert option_counts(me, agent="demo") == {
+        "agent": {"": 5, "demo": 3, "demo2": 2},
+        "kind": {"": 3, "tool_call": 2, "approval": 0, "question": 1},
+        "state": {"pending": 3, "approved": 0, "declined": 1, "all": 4},
+    }
+    # unclaimed (the other reviewer's claim and mine are active): decided rows count too
+    assert option_counts(me, claim="unclaimed", state="all") == {
+        "agent": {"": 5, "demo": 2, "demo2": 3},
+        "kind": {"": 5, "tool_call": 2, "approval": 2, "question": 1},
+        "state": {"pending": 3, "approved": 1, "declined": 1, "all": 5},
+    }
+    # what I hid, counted among my hidden ones only
+    assert option_counts(me, hidden="only") == {
+        "agent": {"": 1, "demo": 1, "demo2": 0},
+        "kind": {"": 1, "tool_call": 1, "approval": 0, "question": 0},
+        "state": {"pending": 1, "approved": 0, "declined": 0, "all": 1},
+    }
+
+
+def test_option_counts_leave_out_hidden_agents(menu_rows):
+    me, _ = menu_rows
+    counted = option_counts(me, hidden_agents={"demo2"})
+    assert counted["agent"] == {"": 3, "demo": 3, "demo2": 0}
+    assert counted["kind"]["approval"] == 0 and counted["state"]["approved"] == 0
+
+
+def test_option_counts_stop_past_the_cap_decided_history_too():
+    me = make_user()
+    for _ in range(4):
+        make_request()
+    for _ in range(5):
+        decide(make_request(kind="question"), "declined")
+    make_request(kind="approval")
+    counted = option_counts(me, cap=2)
+    assert counted["agent"] == {"": 3, "demo": 3, "demo2": 0}  # 5 pending: stopped at 3
+    assert counted["kind"] == {"": 3, "tool_call": 3, "approval": 1, "question": 0}
+    assert counted["state"] == {"pending": 3, "approved": 0, "declined": 3, "all": 3}
+    exact = option_counts(me)
+    assert exact["state"] == {"pending": 5, "approved": 0, "declined": 5, "all": 10}
+    assert option_counts(me, cap=2, state="declined")["kind"]["question"] == 3
+    assert [selectors.count_label(n, cap=2) for n in counted["state"].values()] == [
+        "2+",
+        "0",
+        "2+",
+        "2+",
+    ]
+
+
+def test_hidden_only_option_counts_either_way_stop_past_the_cap(second_demo_agent):
+    """With hidden=only an option is counted from its own rows when it has few (no more than
+    the cap), else from the viewer's hides: both ways give the same counts, capped."""
+    me = make_user()
+    for _ in range(4):
+        services.request_hide(request_id=make_request().request_id, user=me)
+    services.request_hide(request_id=make_request(kind="question").request_id, user=me)
+    for _ in range(3):
+        make_request(agent="demo2", kind="approval")  # not hidden: many rows, none of mine
+    exact = {
+        "agent": {"": 5, "demo": 5, "demo2": 0},
+        "kind": {"": 5, "tool_call": 4, "approval": 0, "question": 1},
+        "state": {"pending": 5, "approved": 0, "declined": 0, "all": 5},
+    }
+    assert option_counts(me, hidden="only") == exact
+    assert option_counts(me, hidden="only", cap=2) == {
+        menu: {value: min(n, 3) for value, n in counts.items()} for menu, counts in exact.items()
+    }
+    assert option_counts(me, hidden="only", cap=2, agent="demo2")["kind"] == {
+        "": 0,
+        "tool_call": 0,
+        "approval": 0,
+        "question": 0,
+    }
+
+
+def test_option_counts_ride_in_the_counts_two_queries(django_assert_num_queries):
+    me = make_user()
+    make_request()
+    many = {
+        "agent": ["", *(f"agent{i}" for i in range(30))],
+        "kind": MENUS["kind"],
+        "state": MENUS["state"],
+    }
+    for options in (None, MENUS, many):
+        with django_assert_num_queries(2):
+            selectors.inbox_counts(InboxQuery(), user_id=me.pk, options=options)
+
+
 @pytest.mark.parametrize(
     "query, queries",
     [
@@ -310,7 +467,7 @@ def test_query_counts_do_not_grow_with_rows(django_assert_num_queries, query, qu
             selectors.active_claim(row)
             assert [c.tool_name for c in row.call_list()] == ["refund"]
             assert row.run.prompt
-        selectors.inbox_counts(query, user_id=user.pk)
+        selectors.inbox_counts(query, user_id=user.pk, options=MENUS)  # the menus' too
         selectors.request_ids_matching(query, user_id=user.pk)
 
     for _ in range(2):

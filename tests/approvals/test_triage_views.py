@@ -4,7 +4,8 @@ with a flash message) and with htmx (a fragment); permissions and bad input."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.utils import timezone
@@ -12,7 +13,7 @@ from django.utils import timezone
 from approvals import services
 from approvals.models import ApprovalRequest, Event, RequestHide
 from approvals.presenters.pages import bulk_all_label
-from approvals.web.triage import MAX_BULK, snooze_until
+from approvals.web.triage import MAX_BULK, snooze_until, snooze_zone
 
 from .factories import make_request, make_user, session_client, start_and_halt
 
@@ -203,6 +204,96 @@ def test_snooze_choices():
             snooze_until("minutes", bad, now)
     with pytest.raises(ValueError, match="Choose how long"):
         snooze_until("forever", "", now)
+
+
+NEW_YORK, TOKYO = ZoneInfo("America/New_York"), ZoneInfo("Asia/Tokyo")
+
+
+@pytest.mark.parametrize(
+    "now, zone, until",
+    [
+        # 22:30 UTC on March 10: 18:30 in New York (EDT since March 8), 07:30 on the 11th in
+        # Tokyo: tomorrow 09:00 is 13:00 UTC on the 11th there, 00:00 UTC on the 12th here
+        (datetime(2026, 3, 10, 22, 30, tzinfo=UTC), NEW_YORK, datetime(2026, 3, 11, 13, 0)),
+        (datetime(2026, 3, 10, 22, 30, tzinfo=UTC), TOKYO, datetime(2026, 3, 12, 0, 0)),
+        (datetime(2026, 3, 10, 22, 30, tzinfo=UTC), None, datetime(2026, 3, 11, 9, 0)),
+        # 03:00 UTC on January 15 is still the 14th in New York (EST): tomorrow is the 15th
+        (datetime(2026, 1, 15, 3, 0, tzinfo=UTC), NEW_YORK, datetime(2026, 1, 15, 14, 0)),
+        (datetime(2026, 1, 15, 3, 0, tzinfo=UTC), TOKYO, datetime(2026, 1, 16, 0, 0)),
+    ],
+)
+def test_snooze_until_tomorrow_is_9_in_the_reviewers_time_zone(now, zone, until):
+    end = snooze_until("tomorrow", "", now, zone)
+    assert end == until.replace(tzinfo=UTC)
+    assert end.astimezone(zone or UTC).hour == 9
+    assert snooze_until("1h", "", now, zone) == now + timedelta(hours=1)  # zones do not matter
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        None,
+        "  ",
+        "Mars/Olympus",
+        "../../etc/passwd",
+        "/etc/localtime",
+        "localtime",
+        "Asia/Tokyo\x00",
+        "Europe/" + "x" * 80,
+        "asia/tokyo",
+    ],
+)
+def test_an_unknown_or_missing_time_zone_is_none_and_never_an_error(name):
+    assert snooze_zone(name) is None
+
+
+def test_a_known_time_zone_is_read_as_the_browser_names_it():
+    assert snooze_zone(" America/New_York ") == NEW_YORK
+    assert snooze_zone("UTC").key == "UTC"
+    assert snooze_zone("Asia/Calcutta") is not None  # an older name some browsers still give
+
+
+def _local_mornings(zone) -> set:
+    """Tomorrow 09:00 in `zone`, as a set: a test unites the one before its post and the one
+    after, in case it runs across a midnight there."""
+    day = timezone.now().astimezone(zone).date() + timedelta(days=1)
+    return {datetime(day.year, day.month, day.day, 9, tzinfo=zone)}
+
+
+@pytest.mark.parametrize(
+    "posted, zone, said",
+    [
+        ("Asia/Tokyo", TOKYO, " Asia/Tokyo (00:00 UTC): hidden for you"),
+        ("America/New_York", NEW_YORK, " America/New_York ("),
+        ("Nowhere/Else", UTC, " 09:00 UTC: hidden for you"),  # unknown: UTC, no error
+        ("", UTC, " 09:00 UTC: hidden for you"),  # no JavaScript: UTC
+    ],
+)
+def test_snoozing_until_tomorrow_uses_the_posted_time_zone(reviewer, row, posted, zone, said):
+    client = session_client(reviewer)
+    before = _local_mornings(zone)
+    response = client.post(url(row, "snooze"), {"for": "tomorrow", "tz": posted}, headers=HX)
+    after = _local_mornings(zone)
+    assert response["X-Toolnexus-Outcome"] == "success"
+    assert said in response.content.decode()
+    assert RequestHide.objects.get(request=row, user=reviewer).until in before | after
+
+
+def test_snoozing_without_a_time_zone_field_is_utc(reviewer, row):
+    client = session_client(reviewer)
+    before = _local_mornings(UTC)
+    response = client.post(url(row, "snooze"), {"for": "tomorrow"})
+    assert RequestHide.objects.get(request=row).until in before | _local_mornings(UTC)
+    assert " 09:00 UTC: hidden for you" in flashes(client, response)
+
+
+def test_the_snooze_form_carries_a_time_zone_field_for_the_page_to_fill(reviewer, row):
+    bar = session_client(reviewer).get(url(row, "claim-bar")).content.decode()
+    form = bar[bar.index('class="inline snooze"') : bar.index("</form>", bar.index("snooze"))]
+    assert '<input type="hidden" name="tz" value="" data-time-zone>' in form
+    # without JavaScript the server reads UTC, and the option says so (app.js names the zone)
+    assert '<option value="tomorrow" data-tomorrow>until tomorrow 09:00 UTC</option>' in form
 
 
 def test_snooze_hides_for_me_only(reviewer, reviewer2, row):

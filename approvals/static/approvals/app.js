@@ -693,4 +693,27 @@
   setInterval(relativeTimes, 30000);
   document.addEventListener("DOMContentLoaded", relativeTimes);
   document.addEventListener("htmx:afterSettle", relativeTimes);
+
+  // Snooze "until tomorrow" is 09:00 where the reviewer is: each snooze form (the claim bar,
+  // approvals/_triage.html) sends the browser's IANA time zone in its hidden `tz`, and its
+  // option names the zone. Filled when a form appears and again as it is sent (before htmx
+  // reads its fields); without this file, or for a zone the server does not know, it is UTC.
+  function timeZone() {
+    try { return Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (err) { return ""; }
+  }
+  function fillSnoozeZone(form) {
+    var zone = timeZone();
+    var input = form.querySelector("input[name=tz][data-time-zone]");
+    if (!zone || !input) return;
+    input.value = zone;
+    var option = form.querySelector("option[data-tomorrow]");
+    if (option) option.textContent = "until tomorrow 09:00 " + zone;
+  }
+  function fillSnoozeZones() { document.querySelectorAll("form.snooze").forEach(fillSnoozeZone); }
+  document.addEventListener("DOMContentLoaded", fillSnoozeZones);
+  document.addEventListener("htmx:afterSettle", fillSnoozeZones);
+  document.addEventListener("htmx:oobAfterSwap", fillSnoozeZones);
+  document.addEventListener("submit", function (e) {
+    if (e.target.matches && e.target.matches("form.snooze")) fillSnoozeZone(e.target);
+  }, true);
 })();
