@@ -5,14 +5,18 @@ through the search box (`q=<tag>`), whatever else the session left pending."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import WAIT, App
+from .conftest import WAIT, App, _free_port
 from .test_inbox import halted_run, login, start_run, tag, wait_run
 
 pytestmark = pytest.mark.e2e
@@ -27,6 +31,58 @@ def api2(app: App):
     token = app.manage("api_token", "reviewer2", "--name", "e2e-k").strip().splitlines()[-1]
     with httpx.Client(
         base_url=app.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    ) as client:
+        yield client
+
+
+# An agents module for `typed_app` (TOOLNEXUS_AGENT_MODULES): the demo as `demo-typed`, whose
+# reviewers may type refund's result instead of running its executor (allow_typed_output).
+TYPED_AGENTS = """
+from approvals import agents
+from approvals.agents.demo import demo_generate, demo_tools, issue_refund
+from toolnexus import create_in_process_client
+
+agents.register(
+    "demo-typed",
+    model=lambda: create_in_process_client(generate=demo_generate, model="demo-typed"),
+    tools=demo_tools,
+    executors={"refund": issue_refund},
+    allow_typed_output=True,
+    replace=True,
+)
+"""
+
+
+@pytest.fixture(scope="module")
+def typed_app(app: App, tmp_path_factory, artifacts) -> Iterator[App]:
+    """A second app (`manage.py serve`, embedded, its own SQLite file) with the agent
+    `demo-typed` besides the demo: an agent is code the server imports at start-up."""
+    workdir = tmp_path_factory.mktemp("e2e-typed-app")
+    (workdir / "e2e_typed_agents.py").write_text(TYPED_AGENTS)
+    env = {k: v for k, v in app.env.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        TOOLNEXUS_SQLITE_PATH=str(workdir / "db.sqlite3"),
+        TOOLNEXUS_AGENT_MODULES="e2e_typed_agents",
+        PYTHONPATH=os.pathsep.join(p for p in (str(workdir), env.get("PYTHONPATH")) if p),
+    )
+    port = _free_port()
+    typed = App(f"http://127.0.0.1:{port}", app.password, env, "embedded")
+    try:
+        typed.start("serve", ["serve", "--port", str(port)], workdir)
+        typed.wait_ready()
+        yield typed
+    finally:
+        typed.stop()
+        for name, _, log in typed.processes:
+            shutil.copyfile(log, artifacts / f"typed-app-{name}.log")
+
+
+@pytest.fixture(scope="module")
+def typed_api(typed_app: App) -> Iterator[httpx.Client]:
+    """`typed_app`'s JSON API as `reviewer`."""
+    token = typed_app.manage("api_token", "reviewer", "--name", "e2e-t").strip().splitlines()[-1]
+    with httpx.Client(
+        base_url=typed_app.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
     ) as client:
         yield client
 
@@ -258,6 +314,119 @@ def test_the_approve_key_acts_on_the_card_in_the_page_after_swaps(app, api, cont
     assert len(decisions) == 1, decisions
 
 
+# -- r: a typed result or answer, never the decline reason ----------------------------------
+
+
+def test_r_goes_to_a_questions_answer_and_enter_sends_it(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(api, f"Please ask the customer a question (answer {t})")
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&r={request_id}")
+    card = detail_card(page, request_id)
+    expect(card).to_be_visible()
+    blur(page)
+
+    page.keyboard.press("r")
+    expect(card.locator('[name="q.0"]').first).to_be_focused()
+    expect(page.locator("#toasts .keys-note")).to_have_count(0)
+    page.keyboard.press("ArrowDown")  # the second choice, "pro"
+    expect(card.locator('[name="q.0"][value="pro"]')).to_be_checked()
+    shoot(page, "answer")
+    page.keyboard.press("Enter")
+    answered = wait_state(api, request_id, "answered", "declined")
+    assert answered["state"] == "answered"
+    assert answered["decision"]["answer"]["data"]["answers"] == {
+        "Which plan should the customer move to?": "pro"
+    }
+
+
+def test_r_returns_a_typed_result_where_the_agent_allows_one(typed_app, typed_api, contexts, shoot):
+    """`demo-typed` runs refund on the host once approved, or takes the reviewer's typed
+    result instead: the single-call card offers both, and r goes to the result, whose Enter
+    returns it (answered with that output, never a decline). In the two-call form r picks
+    that call's "Return this result"."""
+    t = tag()
+
+    def halted(prompt: str) -> tuple[int, str]:
+        response = typed_api.post("/api/runs", json={"agent": "demo-typed", "prompt": prompt})
+        assert response.status_code == 201, response.text
+        run_id = response.json()["id"]
+        return run_id, wait_run(typed_api, run_id, "pending")["pending"]["request"]["id"]
+
+    run_id, request_id = halted(f"Refund order T-1, $5 (typed {t})")
+    page = login(contexts(), typed_app, "reviewer")
+    open_triage(page, typed_app, f"q={t}&r={request_id}")
+    card = detail_card(page, request_id)
+    expect(card).to_be_visible()
+    expect(card.get_by_role("button", name=re.compile(r"^Approve\b"))).to_be_visible()
+    expect(card.get_by_role("button", name=re.compile(r"^Return this result\b"))).to_be_visible()
+    blur(page)
+
+    page.keyboard.press("r")
+    result = card.locator("form.result-form textarea[name=output]")
+    expect(result).to_be_focused()
+    expect(card.locator("textarea[name=reason]")).not_to_be_focused()
+    page.keyboard.type("refunded in the shop")
+    shoot(page, "1-single-call")
+    page.keyboard.press("Enter")
+    found = wait_state(typed_api, request_id, "answered", "declined", "approved")
+    assert found["state"] == "answered"
+    assert [(c["decision"], c["output"]) for c in found["calls"]] == [
+        ("output", "refunded in the shop")
+    ]
+    assert "refunded in the shop" in wait_run(typed_api, run_id, "done")["text"]
+
+    # two calls in one turn: r goes to the first result field and picks its "Return this result"
+    _, two = halted(f"Refund order T-2, $6 and email the customer (typed {t})")
+    open_triage(page, typed_app, f"q={t}&r={two}")
+    card = detail_card(page, two)
+    expect(card.locator("fieldset.call-decision")).to_have_count(2)
+    expect(card.locator('[name="decision.call_refund"][value="approve"]')).to_be_checked()
+    blur(page)
+    page.keyboard.press("r")
+    expect(card.locator('textarea[name="output.call_refund"]')).to_be_focused()
+    expect(card.locator('[name="decision.call_refund"][value="output"]')).to_be_checked()
+    page.keyboard.type("refunded by hand")
+    card.locator('textarea[name="output.call_email"]').fill("mailed by hand")
+    shoot(page, "2-two-calls")
+    card.get_by_role("button", name=re.compile(r"^Submit decisions\b")).click()
+    found = wait_state(typed_api, two, "answered", "declined", "approved")
+    assert found["state"] == "answered"
+    assert {c["name"]: (c["decision"], c["output"]) for c in found["calls"]} == {
+        "refund": ("output", "refunded by hand"),
+        "send_email": ("output", "mailed by hand"),
+    }
+
+
+def test_r_on_a_request_that_takes_no_typed_result_says_so_and_declines_nothing(
+    app, api, contexts, shoot
+):
+    """The demo's refund runs on the host once approved and its agent takes no typed result:
+    r does not go to the decline reason (where Enter declines), it says so."""
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order N-1, $3 (no result {t})")
+    page = login(contexts(), app, "reviewer")
+    posts = []
+    page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+    open_triage(page, app, f"q={t}&r={request_id}")
+    card = detail_card(page, request_id)
+    expect(card).to_be_visible()
+    blur(page)
+
+    page.keyboard.press("r")
+    note = page.locator("#toasts .toast", has_text="takes no typed result")
+    expect(note).to_be_visible()
+    shoot(page, "no-typed-result")
+    expect(card.locator("textarea[name=reason]")).not_to_be_focused()
+    assert page.evaluate("() => document.activeElement.tagName") not in ("TEXTAREA", "INPUT")
+
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(700)  # a decline, had Enter sent one, would be decided by now
+    assert state_of(api, request_id)["state"] == "pending"
+    assert not [url for url in posts if url.endswith("/decline/")], posts
+    expect(card.locator("form.decline")).to_be_visible()  # the card is still open, undecided
+
+
 # -- bulk ----------------------------------------------------------------------------------
 
 
@@ -309,6 +478,54 @@ def test_bulk_approve_and_decline_with_per_request_results(app, api, api2, conte
         assert found["state"] == "declined" and found["decision"]["reason"] == f"batch {t}"
 
 
+def test_bulk_decline_of_all_requests_matching_a_search(app, api, contexts, shoot):
+    """The "all N matching" choice decides what the list's filters match (the search typed
+    last), not the rows on screen: the matching requests are declined with the one reason,
+    the others stay pending."""
+    t = tag()
+    which = ["yes", "yes", "yes", "no", "no"]
+    prompts = [f"Refund order M-{n}, ${n} (all {t} {w})" for n, w in enumerate(which, 1)]
+    ids = halted_many(api, prompts)
+    matching, others = ids[:3], ids[3:]
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&sort=oldest")
+    for request_id in ids:
+        expect(row_of(page, request_id)).to_be_visible()
+    all_matching = page.locator("label.bulk-all")
+    expect(all_matching).to_contain_text("all 5 matching")
+
+    page.fill("#inbox-search", f"{t} yes")
+    for request_id in others:
+        expect(row_of(page, request_id)).to_have_count(0)
+    expect(all_matching).to_contain_text("all 3 matching")
+    page.locator("#bulk-all").check()
+    expect(page.locator("#bulk-count")).to_have_text("All matching requests selected")
+    page.fill("#bulk-reason", f"not these {t}")
+    page.get_by_role("button", name="Decline selected").click()
+
+    result = page.locator("#bulk-result")
+    expect(result).to_contain_text("3 of 3 declined.")
+    lines = result.locator(".bulk-results li")
+    expect(lines).to_have_count(3)
+    expect(result.locator(".bulk-done")).to_have_count(3)
+    assert sorted(lines.evaluate_all("els => els.map(e => e.dataset.requestId)")) == sorted(
+        matching
+    )
+    shoot(page, "all-matching")
+
+    # what the database holds: the matching three declined with the reason, the others pending
+    script = (
+        "import json; from approvals.models import ApprovalRequest as R; print(json.dumps({"
+        "r.request_id: [r.state, r.reason, r.decided_by.get_username() if r.decided_by else None]"
+        f" for r in R.objects.filter(request_id__in={ids!r})}}))"
+    )
+    stored = json.loads(app.manage("shell", "-c", script).strip().splitlines()[-1])
+    assert {i: stored[i] for i in matching} == {
+        i: ["declined", f"not these {t}", "reviewer"] for i in matching
+    }
+    assert {i: stored[i] for i in others} == {i: ["pending", "", None] for i in others}
+
+
 # -- claims --------------------------------------------------------------------------------
 
 
@@ -357,6 +574,32 @@ def test_claims_across_two_reviewers_and_taking_over(app, api, contexts, shoot):
     assert decided["decision"]["decided_by"] == "reviewer2"
     expect(page_a.locator("#toasts")).to_contain_text("reviewer2")
     shoot(page_b, "3-taken-over")
+
+
+def test_c_on_a_row_that_is_not_open_shows_it_loading(app, api, contexts):
+    t = tag()
+    ids = halted_many(api, [f"Refund order L-{n}, ${n} (loading {t})" for n in (1, 2)])
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&sort=oldest&r={ids[0]}")
+    expect(detail_card(page, ids[0])).to_be_visible()
+    blur(page)
+    held = []  # the claim's request, held until the row was seen loading
+    page.route("**/claim/", lambda route: held.append(route))
+    page.keyboard.press("j")
+    assert cursor_id(page) == ids[1]
+    page.keyboard.press("c")
+    row = row_of(page, ids[1])
+    expect(row).to_have_class(re.compile(r"\bhtmx-request\b"))
+    page.wait_for_function(
+        "id => getComputedStyle(document.querySelector("
+        "`#request-rows li.row[data-request-id=\"${id}\"]`)).opacity === '0.7'",
+        arg=ids[1],
+    )
+    assert len(held) == 1
+    held[0].continue_()
+    expect(row).not_to_have_class(re.compile(r"\bhtmx-request\b"))
+    expect(row).to_contain_text("claimed by reviewer")
+    assert state_of(api, ids[1])["claim"]["by"] == "reviewer"
 
 
 def test_snooze_hides_for_me_only(app, api, contexts, shoot):

@@ -3,14 +3,18 @@
 // - keys (the list is in #keys-help, "?"): j/k move the cursor over the rows, Enter opens,
 //   a approves (or goes to the typed result a request needs), d goes to the decline reason
 //   (Enter sends it, Shift+Enter is a new line), e edits the arguments, r goes to the typed
-//   result or answer, c claims / releases, x selects for a bulk decision, / searches,
+//   result or answer the card marks (data-respond: where the service takes one), never to the
+//   decline reason: a request that takes none says so in a toast; c claims / releases
+//   (from the list, the row shows it loading), x selects for a bulk decision, / searches,
 //   ? lists the keys, Esc closes the list or leaves a text field. Keys never fire while
 //   typing in a field. After a decision the next request opens by itself: clearing a queue
 //   takes one key per approval. A key acts on the form or button in the page when it acts
 //   (a swap may have replaced the one in the page when it was pressed); each c press is one
 //   claim or release, in order;
 // - bulk selection: shift-click selects a range of checkboxes; the selection survives live
-//   updates of the list;
+//   updates of the list, and so does "all matching" while the list's filters stay the same
+//   (the search box's change on blur reloads the list: a click on "all matching" after typing
+//   a search is kept);
 // - taking over: deciding a request another reviewer claimed asks first (the claim bar,
 //   #claim-bar-<pk>[data-claimed-by], says who holds it) and posts `takeover=1`;
 // - the page title "(N) Inbox" from #request-count[data-pending] (else [data-count]);
@@ -30,6 +34,7 @@
   var cursorId = null;      // request id of the row the keyboard cursor is on
   var selected = {};        // request id -> true: rows checked for a bulk decision
   var lastChecked = null;   // request id of the last checkbox clicked (shift-click ranges)
+  var allFor = null;        // "all matching" is checked for these filters (see filtersOf)
   var seen = {};            // request ids of rows this page has shown (new arrivals: the rest)
   var inLive = false;
   var detailLoading = false;
@@ -160,10 +165,13 @@
     })[0] || null;
   }
 
+  // The typed result or answer of the open request: the field the card marks (data-respond:
+  // a relay call's result where the service takes one, or an answer form, whose first field
+  // it is); null when the request takes none.
   function answerField(card) {
-    return $('textarea[name="output"], textarea[name^="output."], [name^="q."]:not([type=hidden])', card) ||
-      $$("form", card).filter(function (f) { return /\/respond\/$/.test(f.getAttribute("action") || ""); })
-        .map(function (f) { return $("input:not([type=hidden]), textarea, select", f); })[0] || null;
+    var el = $("[data-respond]", card);
+    if (el && el.tagName === "FORM") el = $("input:not([type=hidden]), textarea, select", el);
+    return el || null;
   }
 
   function reasonBox(card) { return $("form.decline textarea[name=reason]", card); }
@@ -269,7 +277,34 @@
     focusEnd($("input:not([type=hidden]), textarea, select", details));
   }
 
-  function respond(card) { focusEnd(answerField(card) || reasonBox(card)); }
+  // r: the typed result or answer, never the decline reason (Enter there declines). In the
+  // multi-call form it picks that call's "Return this result". A request that takes no typed
+  // result says so and stays as it was.
+  function respond(card) {
+    var field = answerField(card);
+    if (!field) {
+      if ($(".actions", card)) say("This request takes no typed result: approve it (a) or decline it (d).");
+      return;
+    }
+    var box = field.closest("fieldset");
+    var choice = box && box.querySelector('input[type=radio][name^="decision."][value="output"]');
+    if (choice) choice.checked = true;
+    focusEnd(field);
+  }
+
+  // A short note from a key, in the page's toasts (a polite live region); it goes by itself.
+  function say(text) {
+    var toasts = document.getElementById("toasts");
+    if (!toasts) return;
+    $$(".toast.keys-note", toasts).forEach(function (t) { t.remove(); });
+    var note = document.createElement("p");
+    note.className = "toast keys-note";
+    note.setAttribute("role", "status");
+    note.dataset.timer = "1";  // not one of app.js's timed toasts: this one times itself
+    note.textContent = text;
+    toasts.appendChild(note);
+    setTimeout(function () { note.remove(); }, 8000);
+  }
 
   function claimBar(id) { return $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]'); }
 
@@ -395,6 +430,12 @@
 
   // -- bulk selection ---------------------------------------------------------------------------
 
+  // The filters "all matching" posts: the bulk form's hidden fields (the list's query).
+  function filtersOf(form) {
+    return form ? $$("input[type=hidden]", form).filter(function (i) { return i.name !== "csrfmiddlewaretoken"; })
+      .map(function (i) { return i.name + "=" + i.value; }).join("&") : "";
+  }
+
   function syncSelection() {
     var present = {};
     rows().forEach(function (row) {
@@ -410,6 +451,11 @@
     if (!count) return;
     var n = Object.keys(selected).length;
     var form = document.getElementById("bulk-form");
+    // The list again (a live update, the same search reloaded): its new bulk bar comes
+    // unchecked; "all matching" stays chosen for the same filters, never for other ones.
+    if (all && allFor !== null && !all.checked) {
+      if (filtersOf(form) === allFor) all.checked = true; else allFor = null;
+    }
     if (form) form.classList.toggle("has-selection", n > 0 || !!(all && all.checked));
     if (all && all.checked) count.textContent = "All matching requests selected";
     else count.textContent = n ? n + " selected" : "None selected (x selects)";
@@ -438,7 +484,7 @@
 
   document.addEventListener("change", function (e) {
     var el = e.target;
-    if (el.id === "bulk-all") syncSelection();
+    if (el.id === "bulk-all") { allFor = el.checked ? filtersOf(el.form) : null; syncSelection(); }
     if (el.matches && el.matches(".snooze select[name=for]") && el.value === "minutes") {
       var minutes = el.form && el.form.querySelector("input[name=minutes]");
       if (minutes) minutes.focus();
@@ -472,6 +518,7 @@
     });
     var all = document.getElementById("bulk-all");
     if (all) all.checked = false;
+    allFor = null;
     syncSelection();
     // The list again at the page's own URL (filters, page and selection kept).
     if (window.htmx && document.getElementById("request-list")) {
