@@ -18,6 +18,7 @@ class ApprovalsConfig(AppConfig):
         autodiscover()
         _connect_token_revocation()
         access.connect()
+        _connect_stale_plan_recovery()
 
 
 def _connect_token_revocation() -> None:
@@ -36,3 +37,42 @@ def _connect_token_revocation() -> None:
         sender=User,
         dispatch_uid="approvals.tokens.revoke",
     )
+
+
+# PostgreSQL's answer to a prepared statement whose result columns changed type since it
+# was prepared (a migration ran while this process kept its connections).
+STALE_PLAN = "cached plan must not change result type"
+
+
+def _connect_stale_plan_recovery() -> None:
+    """With prepared statements (DATABASE_PREPARED, the default on PostgreSQL), a migration
+    that changes a column's type makes every statement a pooled connection prepared before
+    it fail, on every run: psycopg forgets its prepared statements on a rollback, and a read
+    in autocommit has none. So such a read drops the connection's prepared statements
+    (`DEALLOCATE ALL`, which psycopg notices) and runs once more; in a transaction the error
+    stands, and the rollback that follows clears them."""
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(_install_replan, dispatch_uid="approvals.stale_plan")
+
+
+def _install_replan(sender, connection, **kwargs) -> None:
+    options = connection.settings_dict.get("OPTIONS", {})
+    if connection.vendor != "postgresql" or options.get("prepare_threshold") is None:
+        return
+    if _replan_stale_statement not in connection.execute_wrappers:
+        # First: an `execute_wrapper` block open now pops the last wrapper when it ends.
+        connection.execute_wrappers.insert(0, _replan_stale_statement)
+
+
+def _replan_stale_statement(execute, sql, params, many, context):
+    from django.db import NotSupportedError
+
+    try:
+        return execute(sql, params, many, context)
+    except NotSupportedError as exc:
+        connection = context["connection"]
+        if STALE_PLAN not in str(exc) or connection.in_atomic_block:
+            raise
+        connection.connection.execute("DEALLOCATE ALL")
+        return execute(sql, params, many, context)

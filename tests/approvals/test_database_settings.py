@@ -53,3 +53,35 @@ def test_a_statement_run_often_is_prepared_on_the_connection():
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any('"approvals_run"' in sql for sql in prepared), prepared
+
+
+def _migrate_under(table: str) -> None:
+    """What a migration run by another process does: change a column's type."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("prepare_threshold", None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute(f"ALTER TABLE {table} ALTER COLUMN name TYPE varchar(200)")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only")
+@pytest.mark.django_db(transaction=True)
+def test_a_read_prepared_before_a_migration_changed_its_columns_runs_again():
+    table = "tn_stale_plan_probe"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, name varchar(10))")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {table} VALUES (1, 'one')")
+            for _ in range(6):  # prepared from the fifth run on
+                cursor.execute(f"SELECT id, name FROM {table} WHERE id = %s", [1])
+        _migrate_under(table)
+        for _ in range(2):  # autocommit: replanned, and stays good
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT id, name FROM {table} WHERE id = %s", [1])
+                assert cursor.fetchone() == (1, "one")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE {table}")
