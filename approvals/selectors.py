@@ -18,6 +18,7 @@ from django.db.models import (
     Exists,
     F,
     FilteredRelation,
+    Max,
     OuterRef,
     Prefetch,
     Q,
@@ -488,10 +489,14 @@ def inbox_counts(
     now: Any = None,
     cap: int | None = None,
     options: Mapping[str, Iterable[str]] | None = None,
+    newest: bool = False,
 ) -> dict[str, Any]:
     """TWO queries: {"matching", "mine", "unclaimed", "overdue", "hidden", "waiting"}, and
     with `options` ({"agent": [...], "kind": [...], "state": [...]}: the filter menus'
-    values) "options": {menu: {value: count}}, in the same two queries.
+    values) "options": {menu: {value: count}}, in the same two queries. With `newest`,
+    "newest" too, in the second: the highest request pk among the rows the query matches
+    (0 if none), which the bulk bar's "all matching" stops at (`request_ids_matching`'s
+    `upto`): a request that arrives later has a higher pk, and is not decided with them.
 
     "matching" counts the query's rows; each chip counts them with the query's other filters
     and that chip's filter instead of the query's own for the same thing (so "hidden" counts
@@ -526,9 +531,11 @@ def inbox_counts(
         cap,
     )
     if first["scope"] <= cap:
-        counts = _counts_in_one_pass(query, scope, user_id=user_id, now=now)
+        counts = _counts_in_one_pass(query, scope, user_id=user_id, now=now, newest=newest)
     else:
-        counts = _counts_each_capped(query, scope, hides, user_id=user_id, now=now, cap=cap)
+        counts = _counts_each_capped(
+            query, scope, hides, user_id=user_id, now=now, cap=cap, newest=newest
+        )
     out: dict[str, Any] = {**counts, "waiting": first["waiting"]}
     if options is not None:
         out["options"] = _option_counts(options, counted_options, first, counts["matching"])
@@ -653,10 +660,11 @@ def inbox_matching_count(
 
 
 def _counts_in_one_pass(
-    query: InboxQuery, scope: QuerySet, *, user_id: Any, now: Any
+    query: InboxQuery, scope: QuerySet, *, user_id: Any, now: Any, newest: bool = False
 ) -> dict[str, int]:
     """Exact counts of a small scope: one scan, a FILTER per count, the viewer's hides in
-    ONE left join (unique per request and user)."""
+    ONE left join (unique per request and user); with `newest`, the matching rows' highest
+    pk in the same scan."""
     hide = FilteredRelation(
         "hides",
         condition=Q(hides__user_id=user_id)
@@ -672,20 +680,30 @@ def _counts_in_one_pass(
     def count(**replace: Q) -> Count:
         return Count("pk", filter=_all_of({**own, **replace}.values()))
 
+    extra = {"newest": Max("pk", filter=_all_of(own.values()))} if newest else {}
     counts = scope.annotate(viewer_hide=hide).aggregate(
         matching=count(),
         mine=count(claim=chips["mine"]),
         unclaimed=count(claim=chips["unclaimed"]),
         overdue=count(overdue=chips["overdue"]),
         hidden=count(hidden=chips["hidden"]),
+        **extra,
     )
     return {name: int(value or 0) for name, value in counts.items()}
 
 
 def _counts_each_capped(
-    query: InboxQuery, scope: QuerySet, hides: QuerySet, *, user_id: Any, now: Any, cap: int
+    query: InboxQuery,
+    scope: QuerySet,
+    hides: QuerySet,
+    *,
+    user_id: Any,
+    now: Any,
+    cap: int,
+    newest: bool = False,
 ) -> dict[str, int]:
-    """Counts of a large scope: each a subquery that stops at `cap` + 1 rows."""
+    """Counts of a large scope: each a subquery that stops at `cap` + 1 rows; with
+    `newest`, the matching rows' highest pk (a subquery that reads the newest first)."""
     chips = _chips_by_hides(query, hides, user_id=user_id, now=now)
     own = _query_conditions(query, chips)
     specs = {
@@ -701,7 +719,18 @@ def _counts_each_capped(
             counted[name] = _hidden_rows(scope, conditions, hides)
         else:
             counted[name] = scope.filter(_all_of(conditions.values()))
-    return _capped_counts(counted, cap)
+    if not newest:
+        return _capped_counts(counted, cap)
+    return _capped_counts({**counted, "newest": _newest_sql(counted["matching"])}, cap)
+
+
+def _newest_sql(rows: QuerySet) -> _Sql:
+    """The highest request pk among `rows` (requests, or the viewer's hides of them:
+    `_hidden_rows`), as an SQL expression: NULL when there is none."""
+    key = "request_id" if rows.model is RequestHide else "pk"
+    newest = rows.order_by(f"-{key}").values(key)[:1]
+    sql, params = newest.query.get_compiler(using=newest.db).as_sql()
+    return _Sql(f"({sql})", tuple(params), newest.db)
 
 
 def _hidden_rows(
@@ -806,12 +835,32 @@ def request_ids_matching(
     hidden_agents: Collection[str] = (),
     limit: int = MAX_BULK_IDS,
     now: Any = None,
+    upto: int | None = None,
 ) -> list[str]:
     """The request ids of every row the query matches ("select all matching"), in the
-    query's order, at most `limit` (one query)."""
+    query's order, at most `limit` (one query). With `upto` (the newest request pk the list
+    matched when it was drawn: `inbox_counts`' "newest"), none newer: a request that
+    arrived after the reviewer chose "all matching" is not theirs to decide unseen."""
     qs = inbox_matching(query, user_id=user_id, hidden_agents=hidden_agents, now=now)
+    if upto is not None:
+        qs = qs.filter(pk__lte=upto)
     qs = qs.order_by(*_inbox_order(query.sort))
     return list(qs.values_list("request_id", flat=True)[: max(0, int(limit))])
+
+
+def count_matching_after(
+    query: InboxQuery,
+    *,
+    user_id: Any,
+    after: int,
+    hidden_agents: Collection[str] = (),
+    now: Any = None,
+    cap: int = MAX_BULK_IDS,
+) -> int:
+    """How many rows the query matches that are newer than request pk `after` (those
+    "all matching" left out), up to `cap` + 1 (one query)."""
+    qs = inbox_matching(query, user_id=user_id, hidden_agents=hidden_agents, now=now)
+    return qs.filter(pk__gt=after).order_by().values("pk")[: cap + 1].count()
 
 
 def claim_view(row: ApprovalRequest, *, now: Any = None) -> dict[str, Any] | None:

@@ -240,11 +240,14 @@ def menus(query: selectors.InboxQuery, options: dict, counts: dict[str, dict[str
     return out
 
 
-def counts_context(user, params, *, now=None, agent_names: list[str] | None = None) -> dict:
+def counts_context(
+    user, params, *, now=None, agent_names: list[str] | None = None, newest: bool = False
+) -> dict:
     """The inbox's counts for one viewer (two queries): the list's, the page title's (pending,
     less what the viewer snoozed or ignored) and the chips'; with `agent_names` (the agent
     menu's) the filter menus' too, in the same two queries (`menus`). Live count pushes ask
-    without: they update the list's count and the chips', the menus' follow with the list."""
+    without: they update the list's count and the chips', the menus' follow with the list.
+    With `newest`, the bulk bar's cutoff as well (`bulk_upto`: see selectors.inbox_counts)."""
     query = inbox_query(params)
     options = menu_options(agent_names) if agent_names is not None else {}
     counts = selectors.inbox_counts(
@@ -253,8 +256,11 @@ def counts_context(user, params, *, now=None, agent_names: list[str] | None = No
         hidden_agents=hidden_agents(user),
         now=now or timezone.now(),
         options={menu: [value for value, _ in pairs] for menu, pairs in options.items()} or None,
+        newest=newest,
     )
+    extra = {"bulk_upto": counts["newest"]} if newest else {}
     return {
+        **extra,
         "query": query,
         "filters": {**query.as_params(), "state": query.state},
         "counts": counts,
@@ -271,7 +277,9 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
     list counted past the cap, one more, for which page is the last: see `_page`)."""
     now = now or timezone.now()
     agent_names = agents_visible_to(user, [a.name for a in agents.all()])
-    counted = counts_context(user, params, now=now, agent_names=agent_names)
+    # The bulk bar's cutoff (`bulk_upto`) is read with the counts, before the rows: a row that
+    # arrives in between is listed but not taken by "all matching" (never the other way).
+    counted = counts_context(user, params, now=now, agent_names=agent_names, newest=True)
     query = counted["query"]
     hidden = hidden_agents(user)  # per-agent access: not listed, not counted
     reads = {"user_id": user.pk, "hidden_agents": hidden, "now": now}

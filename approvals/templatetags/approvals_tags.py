@@ -198,6 +198,15 @@ def approvals_can(who: Any, codename: str) -> bool:
 
 
 @register.simple_tag
+def snooze_zones_known() -> bool:
+    """Whether the server reads the browser's time zone on a snooze (it has a time zone
+    database): the snooze form's `data-zones`, see web.triage.has_zone_database."""
+    from ..web import triage  # the web layer's; imported when a page renders, not before
+
+    return triage.has_zone_database()
+
+
+@register.simple_tag
 def approvals_login_url() -> str:
     """The project's sign-in page (settings.LOGIN_URL, a path or a URL name)."""
     return resolve_url(settings.LOGIN_URL)

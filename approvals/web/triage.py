@@ -216,6 +216,13 @@ def _zone_names() -> frozenset[str]:
     return frozenset(available_timezones()) - {"localtime"}
 
 
+def has_zone_database() -> bool:
+    """Whether this server can read a browser's time zone at all: the snooze form says so
+    (`data-zones`), and only then does app.js name the browser's zone on "until tomorrow"
+    (tzdata is no runtime dependency: a host without /usr/share/zoneinfo knows none)."""
+    return bool(_zone_names())
+
+
 def snooze_zone(name: str | None) -> ZoneInfo | None:
     """The time zone the reviewer's browser names (its IANA name, as
     Intl.DateTimeFormat().resolvedOptions().timeZone gives it: "Europe/Paris"), or None
@@ -320,20 +327,49 @@ STATUS_LABELS = {
 }
 
 
-def _bulk_ids(request: HttpRequest) -> list[str]:
+MAX_PK = 2**63 - 1  # a BigAutoField's largest value
+STALE_ALL = (
+    "“All matching” came without the list it was chosen on (or from an older page): "
+    "reload the inbox and choose it again. Nothing was decided."
+)
+
+
+def _bulk_upto(value: str | None) -> int:
+    """The bulk form's `upto` (the newest request pk its list matched when drawn): a whole
+    number, else ValueError. The form always carries it; the API takes ids, not filters."""
+    value = (value or "").strip()
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_PK:
+        raise ValueError(STALE_ALL)
+    return int(value)
+
+
+def _bulk_ids(request: HttpRequest) -> tuple[list[str], int]:
+    """The request ids a bulk decision takes, and how many requests "all matching"'s filters
+    match that arrived after its list was drawn (left out: nobody saw them). ValueError:
+    "all matching" without a valid `upto`."""
     if request.POST.get("all"):
-        return selectors.request_ids_matching(
-            selectors.InboxQuery.from_params(request.POST),
-            user_id=request.user.pk,
-            hidden_agents=hidden_agents(request.user),
-            limit=MAX_BULK,
-        )
+        upto = _bulk_upto(request.POST.get("upto"))
+        query = selectors.InboxQuery.from_params(request.POST)
+        reads = {"user_id": request.user.pk, "hidden_agents": hidden_agents(request.user)}
+        ids = selectors.request_ids_matching(query, limit=MAX_BULK, upto=upto, **reads)
+        return ids, selectors.count_matching_after(query, after=upto, cap=MAX_BULK, **reads)
     seen: dict[str, None] = {}
     for value in request.POST.getlist("ids"):
         value = value.strip()
         if value:
             seen[value] = None
-    return list(seen)
+    return list(seen), 0
+
+
+def _newer_note(newer: int) -> str:
+    if not newer:
+        return ""
+    n = selectors.count_label(newer, cap=MAX_BULK)
+    requests = "request" if newer == 1 else "requests"
+    return (
+        f" {n} {requests} matching these filters arrived after the list was drawn:"
+        " left pending for you to look at first."
+    )
 
 
 def _outcome_lines(request: HttpRequest, outcomes) -> list[dict]:
@@ -384,7 +420,16 @@ def requests_bulk(request: HttpRequest) -> HttpResponse:
     action = request.POST.get("action", "")
     if action not in ("approve", "decline"):
         return _bulk_problem(request, "Choose Approve selected or Decline selected.")
-    ids = _bulk_ids(request)
+    try:
+        ids, newer = _bulk_ids(request)
+    except ValueError as exc:
+        return _bulk_problem(request, str(exc))
+    if not ids and request.POST.get("all"):
+        return _bulk_problem(
+            request,
+            "No request these filters matched when the list was drawn is left to decide."
+            f"{_newer_note(newer)} Nothing was decided.",
+        )
     if not ids:
         return _bulk_problem(
             request, "Select at least one request (its checkbox, or x on the keyboard)."
@@ -407,9 +452,11 @@ def requests_bulk(request: HttpRequest) -> HttpResponse:
     summary = f"{len(done)} of {len(outcomes)} {verb}."
     if request.POST.get("all") and len(ids) >= MAX_BULK:
         summary += f" At most {MAX_BULK} at once: run it again for the rest."
+    summary += _newer_note(newer)
+    all_done = len(done) == len(outcomes) and not newer
     lines = _outcome_lines(request, outcomes)
     if not request.htmx:
-        (messages.success if len(done) == len(outcomes) else messages.warning)(request, summary)
+        (messages.success if all_done else messages.warning)(request, summary)
         for line in lines:
             if line["status"] != "done":
                 messages.warning(request, f"{line['label']}: {line['text']}")
@@ -424,7 +471,7 @@ def requests_bulk(request: HttpRequest) -> HttpResponse:
             "bulk_error": "",
         },
     )
-    response["X-Toolnexus-Outcome"] = "success" if len(done) == len(outcomes) else "warning"
+    response["X-Toolnexus-Outcome"] = "success" if all_done else "warning"
     response["HX-Trigger"] = json.dumps(
         {"toolnexus:bulk-done": {"done": [o.request_id for o in done]}}
     )

@@ -208,6 +208,21 @@ def test_sorts_newest_oldest_and_deadline_with_no_deadline_last():
     ) == ids([new_soon_deadline, mid_late_deadline, newest_no_deadline])
 
 
+def test_ids_matching_stop_at_the_newest_request_the_list_showed():
+    """“All matching” takes the rows up to the list's newest when it was drawn (`upto`, a
+    request pk: they only grow); what arrived after is counted apart, never decided."""
+    user = make_user()
+    first, second = make_request(), make_request()
+    later = make_request()
+    query = InboxQuery(sort="oldest")
+    matching = selectors.request_ids_matching
+    assert matching(query, user_id=user.pk, upto=second.pk) == ids([first, second])
+    assert matching(query, user_id=user.pk) == ids([first, second, later])  # no cutoff
+    assert matching(query, user_id=user.pk, upto=0) == []
+    assert selectors.count_matching_after(query, user_id=user.pk, after=second.pk) == 1
+    assert selectors.count_matching_after(query, user_id=user.pk, after=later.pk) == 0
+
+
 # -- counts -----------------------------------------------------------------------------
 
 
@@ -448,6 +463,38 @@ def test_option_counts_ride_in_the_counts_two_queries(django_assert_num_queries)
     for options in (None, MENUS, many):
         with django_assert_num_queries(2):
             selectors.inbox_counts(InboxQuery(), user_id=me.pk, options=options)
+
+
+@pytest.mark.parametrize("cap", [1000, 2])  # the scope counted in one pass, or capped
+def test_newest_is_the_highest_pk_the_list_matches_in_the_counts_two_queries(
+    settings, django_assert_num_queries, cap
+):
+    """The bulk bar's cutoff for "all matching": the newest request the list matches when it
+    is drawn, read in the counts' two statements; 0 when nothing matches."""
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = cap
+    me = make_user()
+    make_request(prompt="refund older")
+    hidden = make_request(prompt="refund hidden")
+    newest = make_request(prompt="refund newest")
+    make_request(prompt="which plan?", kind="question")  # newer, not matching the search
+    declined = make_request(prompt="refund declined")
+    ApprovalRequest.objects.filter(pk=declined.pk).update(
+        state="declined", decided_at=timezone.now()
+    )
+    services.request_hide(request_id=hidden.request_id, user=me)
+
+    def newest_of(**query) -> int:
+        with django_assert_num_queries(2):
+            found = selectors.inbox_counts(
+                InboxQuery(**query), user_id=me.pk, options=MENUS, newest=True
+            )
+        return found["newest"]
+
+    assert newest_of(q="refund") == newest.pk
+    assert newest_of(q="refund", hidden="only") == hidden.pk
+    assert newest_of(q="refund", state="declined") == declined.pk
+    assert newest_of(q="refund", claim="mine") == 0
+    assert "newest" not in counts(me)  # only when asked
 
 
 @pytest.mark.parametrize(

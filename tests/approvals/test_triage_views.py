@@ -4,6 +4,7 @@ with a flash message) and with htmx (a fragment); permissions and bad input."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 from approvals import services
 from approvals.models import ApprovalRequest, Event, RequestHide
 from approvals.presenters.pages import bulk_all_label
+from approvals.web import triage
 from approvals.web.triage import MAX_BULK, snooze_until, snooze_zone
 
 from .factories import make_request, make_user, session_client, start_and_halt
@@ -296,6 +298,27 @@ def test_the_snooze_form_carries_a_time_zone_field_for_the_page_to_fill(reviewer
     assert '<option value="tomorrow" data-tomorrow>until tomorrow 09:00 UTC</option>' in form
 
 
+@pytest.mark.parametrize("known", [True, False])
+def test_the_snooze_form_says_whether_the_server_reads_a_browsers_zone(
+    reviewer, row, monkeypatch, known
+):
+    """app.js names the browser's zone on "until tomorrow" only where the form says the
+    server can use one (`data-zones`): a host without a time zone database reads UTC."""
+    names = frozenset({"Asia/Tokyo", "UTC"}) if known else frozenset()
+    monkeypatch.setattr(triage, "_zone_names", lambda: names)
+    client = session_client(reviewer)
+    for html in (
+        client.get(url(row, "claim-bar")).content.decode(),  # the claim bar again
+        client.get(f"/?r={row.request_id}").content.decode(),  # the page's detail pane
+    ):
+        start = html.index('class="inline snooze"')
+        tag = html[start : html.index(">", start)]
+        assert ('data-zones="1"' in tag) is known
+    response = client.post(url(row, "snooze"), {"for": "tomorrow", "tz": "Asia/Tokyo"}, headers=HX)
+    said = " Asia/Tokyo (00:00 UTC): hidden for you" if known else " 09:00 UTC: hidden for you"
+    assert said in response.content.decode()
+
+
 def test_snooze_hides_for_me_only(reviewer, reviewer2, row):
     client = session_client(reviewer)
     response = client.post(url(row, "snooze"), {"for": "minutes", "minutes": "30"}, headers=HX)
@@ -386,17 +409,90 @@ def test_bulk_approve_leaves_what_needs_an_answer_and_does_the_rest(reviewer, th
     assert fresh(three[0]).state == fresh(three[1]).state == "approved"
 
 
+def bulk_fields(html: str) -> dict[str, str]:
+    """The hidden fields of the inbox's bulk form (the list's filters, its cutoff), as the
+    page posts them with "all matching"."""
+    form = html[html.index('<form id="bulk-form"') : html.index("</form>", html.index("bulk-form"))]
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form))
+    fields.pop("csrfmiddlewaretoken", None)
+    return fields
+
+
 def test_bulk_all_matching_uses_the_filters(reviewer, three):
     other = pending(start_and_halt(user=reviewer, prompt="Please ask the customer a question"))
     client = session_client(reviewer)
     response = client.post(
         "/requests/bulk/",
-        {"all": "1", "kind": "tool_call", "action": "decline", "reason": "all of them"},
+        {
+            "all": "1",
+            "kind": "tool_call",
+            "upto": str(other.pk),
+            "action": "decline",
+            "reason": "all of them",
+        },
     )
     assert response["Location"] == "/?kind=tool_call"
     assert "3 of 3 declined." in flashes(client, response)
     assert {fresh(r).state for r in three} == {"declined"}
     assert fresh(other).state == "pending"
+
+
+@pytest.mark.parametrize("action", ["approve", "decline"])
+def test_all_matching_decides_only_the_requests_the_list_had_when_drawn(reviewer, three, action):
+    """A request that arrives after the reviewer chose "all matching" is not decided with
+    them (its tool would run on approve): the form carries the newest request the list
+    matched when drawn; the newer one stays pending and the result says so."""
+    client = session_client(reviewer)
+    fields = bulk_fields(client.get("/?kind=tool_call").content.decode())
+    assert fields == {"kind": "tool_call", "upto": str(three[-1].pk)}
+    later = pending(start_and_halt(user=reviewer, prompt="Refund order A-2001, $9"))
+    response = client.post(
+        "/requests/bulk/", {**fields, "all": "1", "action": action, "reason": "no"}, headers=HX
+    )
+    html = response.content.decode()
+    verb = f"{action}d"
+    assert f"3 of 3 {verb}." in html
+    assert "1 request matching these filters arrived after the list was drawn" in html
+    assert later.request_id not in html  # not among the outcomes: it was never taken
+    assert response["X-Toolnexus-Outcome"] == "warning"  # a request is left to look at
+    assert {fresh(r).state for r in three} == {"approved" if action == "approve" else verb}
+    assert fresh(later).state == "pending"
+    # without JavaScript: the same, in the flash messages
+    fields = bulk_fields(client.get("/?kind=tool_call").content.decode())
+    assert fields["upto"] == str(later.pk)
+    newest = pending(start_and_halt(user=reviewer, prompt="Refund order A-2002, $9"))
+    response = client.post("/requests/bulk/", {**fields, "all": "1", "action": "decline"})
+    page = flashes(client, response)
+    assert "1 of 1 declined." in page and "arrived after the list was drawn" in page
+    assert fresh(later).state == "declined" and fresh(newest).state == "pending"
+
+
+def test_an_empty_list_posts_a_cutoff_of_0_and_all_matching_then_decides_nothing(reviewer):
+    client = session_client(reviewer)
+    fields = bulk_fields(client.get("/").content.decode())
+    assert fields == {"upto": "0"}
+    row = make_request()
+    response = client.post(
+        "/requests/bulk/", {**fields, "all": "1", "action": "decline"}, headers=HX
+    )
+    html = response.content.decode()
+    assert response["X-Toolnexus-Outcome"] == "error"
+    assert "Nothing was decided" in html and "1 request matching these filters arrived" in html
+    assert fresh(row).state == "pending"
+
+
+@pytest.mark.parametrize("upto", [None, "", " ", "abc", "-1", "1.5", "0x10", "9" * 25])
+def test_all_matching_without_a_valid_cutoff_decides_nothing(reviewer, three, upto):
+    data = {"all": "1", "action": "decline"}
+    if upto is not None:
+        data["upto"] = upto
+    client = session_client(reviewer)
+    response = client.post("/requests/bulk/", data, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "error"
+    html = response.content.decode()
+    assert "Nothing was decided" in html and "reload" in html
+    assert "Nothing was decided" in flashes(client, client.post("/requests/bulk/", data))
+    assert {fresh(r).state for r in three} == {"pending"}
 
 
 def test_the_bulk_bars_all_matching_reads_the_capped_count_and_what_one_decision_handles(

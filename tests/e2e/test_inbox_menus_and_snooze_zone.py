@@ -90,3 +90,29 @@ def test_snooze_until_tomorrow_is_9_in_the_browsers_time_zone(app, api, contexts
     expect(page.locator(f'#detail article.card[data-request-id="{other}"]')).to_be_visible()
     tz = page.locator("#detail .claim-bar form.snooze input[name=tz]")
     expect(tz).to_have_value("Asia/Tokyo")
+
+    # app.js writes only what differs: another settle (htmx's, after any swap) leaves the
+    # option and the field untouched, so a native menu open on them is not redrawn
+    form = page.locator("#detail .claim-bar form.snooze")
+    expect(form).to_have_attribute("data-zones", "1")  # this server has a time zone database
+    expect(form.locator("option[value=tomorrow]")).to_have_text("until tomorrow 09:00 Asia/Tokyo")
+    assert form.evaluate(SETTLE_AND_WATCH) == []
+    # a form without data-zones (a server with no time zone database reads UTC): the option
+    # keeps "UTC", whatever the browser's zone; the field is filled all the same
+    form.evaluate(
+        """f => { f.removeAttribute('data-zones'); f.querySelector('input[name=tz]').value = '';
+          f.querySelector('option[data-tomorrow]').textContent = 'until tomorrow 09:00 UTC'; }"""
+    )
+    assert sorted(form.evaluate(SETTLE_AND_WATCH)) == ["attributes"]  # the field's value
+    expect(form.locator("option[value=tomorrow]")).to_have_text("until tomorrow 09:00 UTC")
+    expect(tz).to_have_value("Asia/Tokyo")
+
+
+# htmx's settle event as app.js hears it, and what it changed in the form (mutation types).
+SETTLE_AND_WATCH = """f => new Promise(done => {
+  const seen = [];
+  const watch = new MutationObserver(records => records.forEach(r => seen.push(r.type)));
+  watch.observe(f, { subtree: true, childList: true, characterData: true, attributes: true });
+  document.dispatchEvent(new CustomEvent('htmx:afterSettle', { bubbles: true }));
+  setTimeout(() => { watch.disconnect(); done(seen); }, 0);
+})"""

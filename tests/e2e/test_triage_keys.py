@@ -36,7 +36,9 @@ def api2(app: App):
 
 
 # An agents module for `typed_app` (TOOLNEXUS_AGENT_MODULES): the demo as `demo-typed`, whose
-# reviewers may type refund's result instead of running its executor (allow_typed_output).
+# reviewers may type refund's result instead of running its executor (allow_typed_output), and
+# as `demo-exec`, which runs both tools of the two-call turn on the host and takes no typed
+# result (its card decides each call in one form, with no approve form).
 TYPED_AGENTS = """
 from approvals import agents
 from approvals.agents.demo import demo_generate, demo_tools, issue_refund
@@ -48,6 +50,13 @@ agents.register(
     tools=demo_tools,
     executors={"refund": issue_refund},
     allow_typed_output=True,
+    replace=True,
+)
+agents.register(
+    "demo-exec",
+    model=lambda: create_in_process_client(generate=demo_generate, model="demo-exec"),
+    tools=demo_tools,
+    executors={"refund": issue_refund, "send_email": lambda args: f"sent to {args['to']}"},
     replace=True,
 )
 """
@@ -398,15 +407,49 @@ def test_r_returns_a_typed_result_where_the_agent_allows_one(typed_app, typed_ap
     }
 
 
+def test_r_on_a_multi_call_card_with_no_typed_result_says_to_decide_each_call(
+    typed_app, typed_api, contexts, shoot
+):
+    """`demo-exec`'s two-call turn: both tools run on the host and neither takes a typed
+    result. The card decides each call in one form and has no approve form (a does nothing
+    there), so r says to choose each call's decision and names the form's button as shown."""
+    t = tag()
+    response = typed_api.post(
+        "/api/runs",
+        json={"agent": "demo-exec", "prompt": f"Refund order E-1, $4 and email them (exec {t})"},
+    )
+    assert response.status_code == 201, response.text
+    request_id = wait_run(typed_api, response.json()["id"], "pending")["pending"]["request"]["id"]
+    page = login(contexts(), typed_app, "reviewer")
+    open_triage(page, typed_app, f"q={t}&r={request_id}")
+    card = detail_card(page, request_id)
+    expect(card.locator("fieldset.call-decision")).to_have_count(2)
+    expect(card.locator("[data-respond]")).to_have_count(0)  # no typed result anywhere
+    expect(card.get_by_role("button", name=re.compile(r"^Approve\b"))).to_have_count(0)
+    blur(page)
+
+    page.keyboard.press("r")
+    expect(page.locator("#toasts .keys-note")).to_have_text(
+        "No call here takes a typed result: choose each call's decision, then press"
+        " “Submit decisions”."
+    )
+    shoot(page, "multi-call-no-typed-result")
+    assert page.evaluate("() => document.activeElement.tagName") not in ("TEXTAREA", "INPUT")
+    assert state_of(typed_api, request_id)["state"] == "pending"
+
+
 def test_r_on_a_request_that_takes_no_typed_result_says_so_and_declines_nothing(
     app, api, contexts, shoot
 ):
     """The demo's refund runs on the host once approved and its agent takes no typed result:
-    r does not go to the decline reason (where Enter declines), it says so."""
+    r does not go to the decline reason (where Enter declines), it says so. That Enter sent
+    nothing is shown without a fixed wait: c, pressed after it, claims the request (keys act
+    in order, so a decline Enter sent would have left first), and once that claim is answered
+    the browser has sent no decline and the request is pending, claimed by this reviewer."""
     t = tag()
     _, request_id = halted_run(api, f"Refund order N-1, $3 (no result {t})")
     page = login(contexts(), app, "reviewer")
-    posts = []
+    posts = []  # every POST this page sends, in the order the browser sends them
     page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
     open_triage(page, app, f"q={t}&r={request_id}")
     card = detail_card(page, request_id)
@@ -421,9 +464,14 @@ def test_r_on_a_request_that_takes_no_typed_result_says_so_and_declines_nothing(
     assert page.evaluate("() => document.activeElement.tagName") not in ("TEXTAREA", "INPUT")
 
     page.keyboard.press("Enter")
-    page.wait_for_timeout(700)  # a decline, had Enter sent one, would be decided by now
-    assert state_of(api, request_id)["state"] == "pending"
-    assert not [url for url in posts if url.endswith("/decline/")], posts
+    with page.expect_response(lambda r: r.url.endswith(f"/{request_id}/claim/")) as claimed:
+        page.keyboard.press("c")
+    assert claimed.value.ok
+    claim_url = claimed.value.request.url
+    assert [url for url in posts if url.endswith(("/decline/", "/claim/"))] == [claim_url], posts
+    expect(page.locator("#detail .claim-bar")).to_contain_text("Claimed by you")
+    found = state_of(api, request_id)
+    assert found["state"] == "pending" and found["claim"]["by"] == "reviewer"
     expect(card.locator("form.decline")).to_be_visible()  # the card is still open, undecided
 
 
@@ -478,10 +526,20 @@ def test_bulk_approve_and_decline_with_per_request_results(app, api, api2, conte
         assert found["state"] == "declined" and found["decision"]["reason"] == f"batch {t}"
 
 
+# The list drawn again at the page's URL (as after a bulk decision or a reconnect), awaited.
+REDRAW_LIST = """() => {
+  const list = document.getElementById('request-list');
+  list.dataset.e2eOld = '1';
+  return htmx.ajax('GET', location.pathname + location.search, { target: list, swap: 'outerHTML' });
+}"""
+
+
 def test_bulk_decline_of_all_requests_matching_a_search(app, api, contexts, shoot):
     """The "all N matching" choice decides what the list's filters match (the search typed
     last), not the rows on screen: the matching requests are declined with the one reason,
-    the others stay pending."""
+    the others stay pending. It stays chosen while the list is drawn again with nothing new;
+    a matching request that arrives (live, on top of the list) unchecks it, and the reviewer
+    chooses it again on the list drawn with it."""
     t = tag()
     which = ["yes", "yes", "yes", "no", "no"]
     prompts = [f"Refund order M-{n}, ${n} (all {t} {w})" for n, w in enumerate(which, 1)]
@@ -499,15 +557,35 @@ def test_bulk_decline_of_all_requests_matching_a_search(app, api, contexts, shoo
         expect(row_of(page, request_id)).to_have_count(0)
     expect(all_matching).to_contain_text("all 3 matching")
     page.locator("#bulk-all").check()
-    expect(page.locator("#bulk-count")).to_have_text("All matching requests selected")
+    count = page.locator("#bulk-count")
+    expect(count).to_have_text("All matching requests selected")
+    upto = page.locator("#bulk-form input[name=upto]")
+    drawn = int(upto.input_value())
+
+    page.evaluate(REDRAW_LIST)  # nothing new: still chosen, for the same requests
+    expect(page.locator("#request-list[data-e2e-old]")).to_have_count(0)
+    expect(page.locator("#bulk-all")).to_be_checked()
+    expect(count).to_have_text("All matching requests selected")
+    assert int(upto.input_value()) == drawn
+
+    _, late = halted_run(api, f"Refund order M-6, $6 (all {t} yes)")
+    expect(row_of(page, late)).to_be_visible()
+    expect(page.locator("#bulk-all")).not_to_be_checked()
+    expect(count).to_have_text("New requests arrived: choose all matching again")
+    expect(all_matching).to_contain_text("all 4 matching")  # the list drawn again, with it
+    assert int(upto.input_value()) > drawn
+    shoot(page, "all-matching-grew")
+    page.locator("#bulk-all").check()
+    expect(count).to_have_text("All matching requests selected")
+    ids, matching = [*ids, late], [*matching, late]
     page.fill("#bulk-reason", f"not these {t}")
     page.get_by_role("button", name="Decline selected").click()
 
     result = page.locator("#bulk-result")
-    expect(result).to_contain_text("3 of 3 declined.")
+    expect(result).to_contain_text("4 of 4 declined.")
     lines = result.locator(".bulk-results li")
-    expect(lines).to_have_count(3)
-    expect(result.locator(".bulk-done")).to_have_count(3)
+    expect(lines).to_have_count(4)
+    expect(result.locator(".bulk-done")).to_have_count(4)
     assert sorted(lines.evaluate_all("els => els.map(e => e.dataset.requestId)")) == sorted(
         matching
     )

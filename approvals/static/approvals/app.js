@@ -695,9 +695,12 @@
   document.addEventListener("htmx:afterSettle", relativeTimes);
 
   // Snooze "until tomorrow" is 09:00 where the reviewer is: each snooze form (the claim bar,
-  // approvals/_triage.html) sends the browser's IANA time zone in its hidden `tz`, and its
-  // option names the zone. Filled when a form appears and again as it is sent (before htmx
-  // reads its fields); without this file, or for a zone the server does not know, it is UTC.
+  // approvals/_triage.html) sends the browser's IANA time zone in its hidden `tz`, and, where
+  // the form says the server reads zones at all (data-zones: it has a time zone database),
+  // its option names the zone. Filled when a form appears and again as it is sent (before
+  // htmx reads its fields); without this file, or for a zone the server does not know, it is
+  // UTC (the confirmation names the zone used). Runs on every settle: it writes only what
+  // differs, so an open menu is not redrawn under the pointer.
   function timeZone() {
     try { return Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (err) { return ""; }
   }
@@ -705,9 +708,10 @@
     var zone = timeZone();
     var input = form.querySelector("input[name=tz][data-time-zone]");
     if (!zone || !input) return;
-    input.value = zone;
-    var option = form.querySelector("option[data-tomorrow]");
-    if (option) option.textContent = "until tomorrow 09:00 " + zone;
+    if (input.value !== zone) input.value = zone;
+    var option = form.hasAttribute("data-zones") && form.querySelector("option[data-tomorrow]");
+    var label = "until tomorrow 09:00 " + zone;
+    if (option && option.textContent !== label) option.textContent = label;
   }
   function fillSnoozeZones() { document.querySelectorAll("form.snooze").forEach(fillSnoozeZone); }
   document.addEventListener("DOMContentLoaded", fillSnoozeZones);

@@ -34,7 +34,8 @@
   var cursorId = null;      // request id of the row the keyboard cursor is on
   var selected = {};        // request id -> true: rows checked for a bulk decision
   var lastChecked = null;   // request id of the last checkbox clicked (shift-click ranges)
-  var allFor = null;        // "all matching" is checked for these filters (see filtersOf)
+  var allFor = null;        // "all matching" is checked for: {filters, upto} (see filtersOf)
+  var grewFor = null;       // ...was unchecked as requests arrived, for these filters
   var seen = {};            // request ids of rows this page has shown (new arrivals: the rest)
   var inLive = false;
   var detailLoading = false;
@@ -277,13 +278,30 @@
     focusEnd($("input:not([type=hidden]), textarea, select", details));
   }
 
+  // The multi-call form (one decision per call, sent together), or null.
+  function callsForm(card) {
+    return $$("form", card).filter(function (f) { return /\/calls\/$/.test(f.getAttribute("action") || ""); })[0] || null;
+  }
+
+  // A button's text as the card shows it: not what only a screen reader or the key hints add.
+  function shownText(el) {
+    if (!el) return "";
+    var copy = el.cloneNode(true);
+    $$(".visually-hidden, .key-hint", copy).forEach(function (x) { x.remove(); });
+    return textOf(copy);
+  }
+
   // r: the typed result or answer, never the decline reason (Enter there declines). In the
   // multi-call form it picks that call's "Return this result". A request that takes no typed
-  // result says so and stays as it was.
+  // result says so (a multi-call card: how to send its form) and stays as it was.
   function respond(card) {
     var field = answerField(card);
     if (!field) {
-      if ($(".actions", card)) say("This request takes no typed result: approve it (a) or decline it (d).");
+      var calls = approveForm(card) ? null : callsForm(card);
+      if (calls) {  // no approve form (a does nothing here): each call is decided in the form
+        var send = shownText($("button[type=submit]", calls)) || "the form's button";
+        say("No call here takes a typed result: choose each call's decision, then press “" + send + "”.");
+      } else if ($(".actions", card)) say("This request takes no typed result: approve it (a) or decline it (d).");
       return;
     }
     var box = field.closest("fieldset");
@@ -430,10 +448,30 @@
 
   // -- bulk selection ---------------------------------------------------------------------------
 
-  // The filters "all matching" posts: the bulk form's hidden fields (the list's query).
+  // The filters "all matching" posts: the bulk form's hidden fields (the list's query), less
+  // `upto`, the newest request (pk) they matched when the list was drawn (uptoOf).
   function filtersOf(form) {
-    return form ? $$("input[type=hidden]", form).filter(function (i) { return i.name !== "csrfmiddlewaretoken"; })
+    return form ? $$("input[type=hidden]", form).filter(function (i) { return i.name !== "csrfmiddlewaretoken" && i.name !== "upto"; })
       .map(function (i) { return i.name + "=" + i.value; }).join("&") : "";
+  }
+  function uptoOf(form) {
+    var input = form && form.querySelector("input[type=hidden][name=upto]");
+    return input && /^\d+$/.test(input.value) ? Number(input.value) : NaN;
+  }
+  function allChoice(form) { return { filters: filtersOf(form), upto: uptoOf(form) }; }
+  // The newest request (pk) the list shows: a live update puts a new one on top of the list
+  // without drawing its bulk bar again, whose `upto` is then older than it.
+  function newestShown() {
+    return rows().reduce(function (most, r) {
+      var pk = /^row-(\d+)$/.exec(r.id || "");
+      return pk ? Math.max(most, Number(pk[1])) : most;
+    }, 0);
+  }
+  // The list again at the page's own URL (filters, page and selection kept): its bulk bar too.
+  function reloadList() {
+    if (window.htmx && document.getElementById("request-list")) {
+      htmx.ajax("GET", location.pathname + location.search, { target: "#request-list", swap: "outerHTML" });
+    }
   }
 
   function syncSelection() {
@@ -452,13 +490,30 @@
     var n = Object.keys(selected).length;
     var form = document.getElementById("bulk-form");
     // The list again (a live update, the same search reloaded): its new bulk bar comes
-    // unchecked; "all matching" stays chosen for the same filters, never for other ones.
+    // unchecked; "all matching" stays chosen for the same filters, never for other ones, and
+    // only while no request arrived that they match (a newer `upto`; a lower one: some were
+    // decided or left the list). After one arrived the reviewer chooses it again, having seen
+    // the list it now means: the server never decides past the `upto` the form posts.
     if (all && allFor !== null && !all.checked) {
-      if (filtersOf(form) === allFor) all.checked = true; else allFor = null;
+      var drawn = allChoice(form);
+      if (drawn.filters === allFor.filters && drawn.upto <= allFor.upto) all.checked = true;
+      else { grewFor = drawn.filters === allFor.filters ? drawn.filters : null; allFor = null; }
     }
+    // A request arrived live while "all matching" was checked (a row newer than the bar's
+    // `upto`, and than what was on screen when it was checked): unchecked, and the list drawn
+    // again, with a bar for the rows it now shows.
+    if (all && all.checked && newestShown() > uptoOf(form) && !(allFor && allFor.upto >= newestShown())) {
+      all.checked = false;
+      grewFor = filtersOf(form);
+      allFor = null;
+      reloadList();
+    }
+    if (all && all.checked) grewFor = null;
     if (form) form.classList.toggle("has-selection", n > 0 || !!(all && all.checked));
     if (all && all.checked) count.textContent = "All matching requests selected";
-    else count.textContent = n ? n + " selected" : "None selected (x selects)";
+    else if (n) count.textContent = n + " selected";
+    else if (grewFor !== null && grewFor === filtersOf(form)) count.textContent = "New requests arrived: choose all matching again";
+    else count.textContent = "None selected (x selects)";
   }
 
   document.addEventListener("click", function (e) {
@@ -484,7 +539,14 @@
 
   document.addEventListener("change", function (e) {
     var el = e.target;
-    if (el.id === "bulk-all") { allFor = el.checked ? filtersOf(el.form) : null; syncSelection(); }
+    if (el.id === "bulk-all") {
+      grewFor = null;
+      allFor = el.checked ? allChoice(el.form) : null;
+      // Checked while the list shows a request newer than its bar (it arrived live): the bar
+      // is drawn again, and stays checked if nothing newer than those rows arrived meanwhile.
+      if (allFor && newestShown() > allFor.upto) { allFor.upto = newestShown(); reloadList(); }
+      syncSelection();
+    }
     if (el.matches && el.matches(".snooze select[name=for]") && el.value === "minutes") {
       var minutes = el.form && el.form.querySelector("input[name=minutes]");
       if (minutes) minutes.focus();
@@ -518,12 +580,9 @@
     });
     var all = document.getElementById("bulk-all");
     if (all) all.checked = false;
-    allFor = null;
+    allFor = grewFor = null;
     syncSelection();
-    // The list again at the page's own URL (filters, page and selection kept).
-    if (window.htmx && document.getElementById("request-list")) {
-      htmx.ajax("GET", location.pathname + location.search, { target: "#request-list", swap: "outerHTML" });
-    }
+    reloadList();
   });
 
   function listShowsDecided() {
