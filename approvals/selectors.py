@@ -493,7 +493,8 @@ def inbox_counts(
 ) -> dict[str, Any]:
     """TWO queries: {"matching", "mine", "unclaimed", "overdue", "hidden", "waiting"}, and
     with `options` ({"agent": [...], "kind": [...], "state": [...]}: the filter menus'
-    values) "options": {menu: {value: count}}, in the same two queries. With `newest`,
+    values) "options": {menu: {value: count}}, in the same two queries (and a third for a
+    search, `_options_of_a_search`). With `newest`,
     "newest" too, in the second: the highest request pk among the rows the query matches
     (0 if none), which the bulk bar's "all matching" stops at (`request_ids_matching`'s
     `upto`): a request that arrives later has a higher pk, and is not decided with them.
@@ -517,9 +518,16 @@ def inbox_counts(
     shown = ~Q(pk__in=hides.values("request_id"))
     scope = _inbox_base(query, hidden_agents=hidden_agents)
     waiting = _inbox_base(InboxQuery(), hidden_agents=hidden_agents).filter(shown)
+    # A search's menu counts in one statement of their own when it finds few rows; else
+    # each option is counted in the first statement below.
+    searched = None
+    if options:
+        searched = _options_of_a_search(
+            query, options, hides, user_id=user_id, now=now, hidden_agents=hidden_agents, cap=cap
+        )
     counted_options = _option_counted(
         query,
-        options or {},
+        options if options and searched is None else {},
         hides,
         user_id=user_id,
         now=now,
@@ -537,9 +545,58 @@ def inbox_counts(
             query, scope, hides, user_id=user_id, now=now, cap=cap, newest=newest
         )
     out: dict[str, Any] = {**counts, "waiting": first["waiting"]}
-    if options is not None:
+    if searched is not None:
+        out["options"] = searched
+    elif options is not None:
         out["options"] = _option_counts(options, counted_options, first, counts["matching"])
     return out
+
+
+def _options_of_a_search(
+    query: InboxQuery,
+    options: Mapping[str, Iterable[str]],
+    hides: QuerySet,
+    *,
+    user_id: Any,
+    now: Any,
+    hidden_agents: Collection[str],
+    cap: int,
+) -> dict[str, dict[str, int]] | None:
+    """The menus' counts of a search that finds few rows, in ONE statement: the rows the
+    search and the query's other filters find in any agent, kind and state, up to the cap
+    + 1, each option a FILTER over them. Counted option by option (`_option_counted`),
+    every option repeats the search: 13 trigram searches, 27 ms at 100k pending for a word
+    1 % of them hold, against 3. None (count option by option) without a search, with
+    `hidden=only` (counted from the viewer's hides), or when the search finds more than
+    the cap: then each option's count stops early anyway."""
+    if not query.q or query.hidden == "only":
+        return None
+    chips = _chips_by_hides(query, hides, user_id=user_id, now=now)
+    own = _query_conditions(query, chips)
+    unfiltered = replace(query, agent="", kind="", state="all")
+    found = _inbox_base(unfiltered, hidden_agents=hidden_agents).filter(_all_of(own.values()))
+    aggregates: dict[str, Count] = {"found": Count("pk")}
+    names: dict[tuple[str, str], str] = {}
+    for menu in OPTION_MENUS:
+        for value in dict.fromkeys(options.get(menu, ())):
+            chosen = replace(query, **{menu: value})
+            names[(menu, value)] = name = f"option_{len(names)}"
+            aggregates[name] = Count(
+                "pk",
+                filter=_all_of(
+                    Q(**{field: getattr(chosen, field)})
+                    for field in OPTION_MENUS
+                    if getattr(chosen, field) not in ("", "all")
+                ),
+            )
+    got = found.order_by().values("pk", *OPTION_MENUS)[: cap + 1].aggregate(**aggregates)
+    if got["found"] > cap:
+        return None
+    return {
+        menu: {value: int(got[names[(menu, value)]]) for value in dict.fromkeys(options[menu])}
+        for menu in OPTION_MENUS
+        if menu in options
+    }
 
 
 # The filter menus that carry counts (InboxQuery fields). A menu's "all" is "" (agent,

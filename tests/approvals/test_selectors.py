@@ -362,6 +362,13 @@ def menu_rows(second_demo_agent):
         {"hidden": "only"},
         {"state": "declined", "kind": "tool_call"},
         {"overdue": True},
+        # a search: the options counted in one pass over what it finds
+        {"q": "refund"},
+        {"q": "refund", "agent": "demo2"},
+        {"q": "refund", "claim": "mine", "state": "all"},
+        {"q": "refund", "kind": "question", "claim": "unclaimed"},
+        {"q": "refund", "overdue": True},
+        {"q": "refund", "hidden": "only"},
     ],
 )
 def test_each_option_counts_what_the_list_shows_with_it_chosen(menu_rows, query):
@@ -465,6 +472,20 @@ def test_option_counts_ride_in_the_counts_two_queries(django_assert_num_queries)
             selectors.inbox_counts(InboxQuery(), user_id=me.pk, options=options)
 
 
+@pytest.mark.parametrize("cap", [1000, 2])  # what the search finds counted in one pass, or not
+def test_a_searchs_option_counts_take_one_statement_more_and_match_option_by_option(
+    menu_rows, django_assert_num_queries, monkeypatch, cap
+):
+    me, _ = menu_rows
+    queries = [{"q": "refund"}, {"q": "refund", "agent": "demo", "state": "all"}]
+    for query in queries:
+        with django_assert_num_queries(3):
+            counted = option_counts(me, cap=cap, **query)
+        monkeypatch.setattr(selectors, "_options_of_a_search", lambda *a, **k: None)
+        assert option_counts(me, cap=cap, **query) == counted
+        monkeypatch.undo()
+
+
 @pytest.mark.parametrize("cap", [1000, 2])  # the scope counted in one pass, or capped
 def test_newest_is_the_highest_pk_the_list_matches_in_the_counts_two_queries(
     settings, django_assert_num_queries, cap
@@ -484,7 +505,10 @@ def test_newest_is_the_highest_pk_the_list_matches_in_the_counts_two_queries(
     services.request_hide(request_id=hidden.request_id, user=me)
 
     def newest_of(**query) -> int:
-        with django_assert_num_queries(2):
+        # a search's menu counts take one statement more (`_options_of_a_search`)
+        with django_assert_num_queries(
+            3 if query.get("q") and query.get("hidden") != "only" else 2
+        ):
             found = selectors.inbox_counts(
                 InboxQuery(**query), user_id=me.pk, options=MENUS, newest=True
             )
@@ -500,8 +524,8 @@ def test_newest_is_the_highest_pk_the_list_matches_in_the_counts_two_queries(
 @pytest.mark.parametrize(
     "query, queries",
     [
-        # rows, calls, counts (the scope, then the rest), ids
-        (InboxQuery(q="refund", claim="unclaimed", sort="deadline"), 5),
+        # rows, calls, counts (the scope, then the rest; a search's menus first), ids
+        (InboxQuery(q="refund", claim="unclaimed", sort="deadline"), 6),
         (InboxQuery(claim="unclaimed", sort="deadline"), 5),
     ],
 )
