@@ -654,6 +654,15 @@ def test_claims_across_two_reviewers_and_taking_over(app, api, contexts, shoot):
     shoot(page_b, "3-taken-over")
 
 
+MARK_ROW = """id => {
+  document.querySelector(`#request-rows li.row[data-request-id="${id}"]`).dataset.e2eOld = '1';
+}"""
+ROW_REDRAWN_AND_SETTLED = """id => {
+  const row = document.querySelector(`#request-rows li.row[data-request-id="${id}"]`);
+  return row && !row.dataset.e2eOld && !document.querySelector('.htmx-settling, .htmx-swapping');
+}"""
+
+
 def test_c_on_a_row_that_is_not_open_shows_it_loading(app, api, contexts):
     t = tag()
     ids = halted_many(api, [f"Refund order L-{n}, ${n} (loading {t})" for n in (1, 2)])
@@ -667,15 +676,22 @@ def test_c_on_a_row_that_is_not_open_shows_it_loading(app, api, contexts):
     assert cursor_id(page) == ids[1]
     page.keyboard.press("c")
     row = row_of(page, ids[1])
-    expect(row).to_have_class(re.compile(r"\bhtmx-request\b"))
+    # is-claiming, not htmx's own htmx-request: a live redraw of the row keeps it
+    expect(row).to_have_class(re.compile(r"\bis-claiming\b"))
     page.wait_for_function(
         "id => getComputedStyle(document.querySelector("
         "`#request-rows li.row[data-request-id=\"${id}\"]`)).opacity === '0.7'",
         arg=ids[1],
     )
     assert len(held) == 1
+    # A live update redraws the list while the claim waits: the row is a new element, and
+    # once htmx has settled it (its classes are the server's then) it still shows the claim.
+    page.evaluate(MARK_ROW, ids[1])
+    page.evaluate(REDRAW_LIST)
+    page.wait_for_function(ROW_REDRAWN_AND_SETTLED, arg=ids[1])
+    expect(row).to_have_class(re.compile(r"\bis-claiming\b"))
     held[0].continue_()
-    expect(row).not_to_have_class(re.compile(r"\bhtmx-request\b"))
+    expect(row).not_to_have_class(re.compile(r"\bis-claiming\b"))
     expect(row).to_contain_text("claimed by reviewer")
     assert state_of(api, ids[1])["claim"]["by"] == "reviewer"
 

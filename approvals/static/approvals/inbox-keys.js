@@ -331,12 +331,23 @@
   // claim, a refresh after a live update), then clicks the button of the bar in the
   // document then (a click on a detached copy would be lost).
   var claimKeys = [];  // request ids of c presses not acted on yet, oldest first
+  var claiming = {};   // request id -> true: claimed from the list, the answer not back yet
   function claim() {
     var row = cursorRow();
     var id = row ? row.dataset.requestId : openId();
     if (!id) return;
     if (!claimBar(id) && !claimKeys.length) {  // a row that is not open: claim it from the list
-      if (window.htmx) htmx.ajax("POST", appUrl("requests/" + encodeURIComponent(id) + "/claim/"), { source: row || document.body, swap: "none" });
+      if (!window.htmx) return;
+      // The row shows its claim on the way (is-claiming) until the answer, also when a live
+      // update redraws the row meanwhile (syncSelection marks the new one).
+      claiming[id] = true;
+      if (row) row.classList.add("is-claiming");
+      var done = function () {
+        delete claiming[id];
+        var now = rowById(id);
+        if (now) now.classList.remove("is-claiming");
+      };
+      htmx.ajax("POST", appUrl("requests/" + encodeURIComponent(id) + "/claim/"), { source: row || document.body, swap: "none" }).then(done, done);
       return;
     }
     claimKeys.push(id);
@@ -482,6 +493,7 @@
       present[id] = true;
       if (box) box.checked = !!selected[id];
       row.classList.toggle("is-selected", !!selected[id]);
+      row.classList.toggle("is-claiming", !!claiming[id]);
     });
     Object.keys(selected).forEach(function (id) { if (!present[id]) delete selected[id]; });
     var count = document.getElementById("bulk-count");
