@@ -116,3 +116,42 @@ SETTLE_AND_WATCH = """f => new Promise(done => {
   document.dispatchEvent(new CustomEvent('htmx:afterSettle', { bubbles: true }));
   setTimeout(() => { watch.disconnect(); done(seen); }, 0);
 })"""
+
+
+@pytest.mark.parametrize("choice", ["tomorrow", "minutes"])
+def test_an_unsent_snooze_choice_survives_a_live_redraw_of_the_claim_bar(
+    app, api, contexts, shoot, choice
+):
+    """The claim bar is drawn again when a live message is about its request (here: another
+    reviewer claims it). What this reviewer chose in its snooze form, and did not send yet,
+    is still chosen in the new bar, and it is what the Snooze button sends."""
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order Z-7, $7 (redraw {t})")
+    page = login(contexts(), app, "reviewer2")
+    open_inbox(page, app, f"q={t}&r={request_id}")
+    bar = page.locator("#detail .claim-bar")
+    form = bar.locator("form.snooze")
+    expect(form.locator("input[name=tz]")).not_to_have_value("")
+    if choice == "minutes":
+        form.locator("input[name=minutes]").fill("45")  # typing the minutes chooses "minutes"
+    else:
+        form.locator("select[name=for]").select_option(choice)
+    expect(form.locator("select[name=for]")).to_have_value(choice)
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    old_bar = bar.element_handle()
+
+    assert api.post(f"/api/requests/{request_id}/claim", json={}).status_code == 200
+    expect(bar).to_contain_text("claimed by reviewer")  # the bar was drawn again...
+    assert old_bar.evaluate("b => !b.isConnected")
+    expect(form.locator("select[name=for]")).to_have_value(choice)  # ...with the choice kept
+    if choice == "minutes":
+        expect(form.locator("input[name=minutes]")).to_have_value("45")
+
+    with page.expect_response(lambda r: r.url.endswith(f"/{request_id}/snooze/")) as snoozed:
+        form.get_by_role("button", name="Snooze").click()
+    sent = snoozed.value.request.post_data_json
+    assert sent["for"] == choice
+    if choice == "minutes":
+        assert sent["minutes"] == "45"
+    assert "Snoozed until" in snoozed.value.text()
+    shoot(page, f"snoozed-after-redraw-{choice}")

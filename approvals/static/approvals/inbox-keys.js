@@ -718,8 +718,47 @@
     var d = e.detail, path = d && d.pathInfo && d.pathInfo.requestPath;
     if (!path || !d.requestConfig || d.requestConfig.verb !== "get" || !(path in barPostsAtRefresh)) return;
     if (barPostsAtRefresh[path] !== barPosts) d.shouldSwap = false;
+    else if (d.target && d.target.dataset) unsentIn[d.target.dataset.requestId] = unsentChoices(d.target);
     delete barPostsAtRefresh[path];
   });
+
+  // What a reviewer chose or typed in a claim bar and has not sent (the snooze menu, its
+  // minutes) goes into the bar a refresh draws: a live update never discards it. Keyed by
+  // the form's action and the field's name; a field the new bar lacks is simply gone.
+  var unsentIn = {};
+  function fieldKey(el) { return (el.form ? el.form.getAttribute("action") : "") + "|" + el.name; }
+  function unsentChoices(bar) {
+    var choices = {};
+    $$("select[name], input[name]:not([type=hidden]), textarea[name]", bar).forEach(function (el) {
+      var changed = el.tagName === "SELECT"
+        ? Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; })
+        : el.type === "checkbox" || el.type === "radio" ? el.checked !== el.defaultChecked
+          : el.value !== el.defaultValue;
+      if (changed) choices[fieldKey(el)] = el.type === "checkbox" || el.type === "radio" ? el.checked : el.value;
+    });
+    return choices;
+  }
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {  // a decision's answer redraws it too
+    var t = e.detail && e.detail.target;
+    if (t && t.matches && t.matches(".claim-bar") && e.detail.shouldSwap !== false) {
+      unsentIn[t.dataset.requestId] = unsentChoices(t);
+    }
+  });
+  function restoreUnsent() {
+    Object.keys(unsentIn).forEach(function (id) {
+      var choices = unsentIn[id], bar = $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]');
+      delete unsentIn[id];
+      if (!bar) return;
+      $$("select[name], input[name]:not([type=hidden]), textarea[name]", bar).forEach(function (el) {
+        var key = fieldKey(el);
+        if (!(key in choices)) return;
+        if (el.type === "checkbox" || el.type === "radio") el.checked = choices[key];
+        else el.value = choices[key];
+      });
+    });
+  }
+  document.addEventListener("htmx:afterSwap", restoreUnsent);
+  document.addEventListener("htmx:oobAfterSwap", restoreUnsent);
 
   var liveAbout = {};
   document.addEventListener("htmx:wsBeforeMessage", function (e) {
