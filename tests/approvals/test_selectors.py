@@ -550,3 +550,75 @@ def test_query_counts_do_not_grow_with_rows(django_assert_num_queries, query, qu
         make_request()
     with django_assert_num_queries(queries):
         read()
+
+
+# -- counting statements compiled once per shape -----------------------------------------------
+
+BUILDERS = [
+    selectors._first_statement,
+    selectors._first_statement_without_options,
+    selectors._search_options_statement,
+    selectors._one_pass_statement,
+    selectors._each_capped_statement,
+]
+
+
+@pytest.mark.parametrize("claim_minutes", [30, 0])  # claims lapse (a second moment), or not
+@pytest.mark.parametrize(
+    "query",
+    [
+        InboxQuery(),
+        InboxQuery(q="refund", claim="unclaimed", sort="deadline"),
+        InboxQuery(claim="mine", overdue=True, state="all"),
+        InboxQuery(hidden="only", agent="demo", kind="question"),
+        InboxQuery(q="refund", hidden="only", claim="unclaimed", overdue=True),
+    ],
+)
+def test_a_statement_compiled_once_binds_to_each_moment_as_if_compiled_then(
+    settings, query, claim_minutes
+):
+    """A count's statement is compiled at a stand-in moment and bound to each `now`: the
+    result is the very statement the ORM compiles at that `now` (SQL and parameters), for
+    every shape of count."""
+    settings.TOOLNEXUS_CLAIM_MINUTES = claim_minutes
+    shape = selectors._CountShape(
+        query=query,
+        user_id=7,
+        hidden_agents=("demo2",),
+        cap=50,
+        options=tuple((menu, tuple(values)) for menu, values in MENUS.items()),
+        newest=True,
+    )
+    for now in (timezone.now(), timezone.now() - timedelta(days=3, microseconds=17)):
+        for build in BUILDERS:
+            fresh = build(shape, now)
+            bound = build(shape, selectors._STAND_IN_NOW).sql.at(now)
+            assert (bound.sql, bound.params) == (fresh.sql.sql, fresh.sql.params), build
+
+
+def test_counts_follow_the_moment_they_are_asked_at():
+    """The same count asked at two moments (one compiled statement): a snooze and a claim
+    that have lapsed by the later one no longer count."""
+    me, other = make_user(), make_user()
+    snoozed, claimed, _ = make_request(), make_request(), make_request()
+    now = timezone.now()
+    services.request_hide(request_id=snoozed.request_id, user=me, until=now + timedelta(hours=1))
+    claim(claimed, other)
+    later = now + timedelta(hours=2)  # past the snooze and the 30-minute claim
+    query = InboxQuery()
+    assert selectors.inbox_counts(query, user_id=me.pk, now=now) == {
+        "matching": 2,
+        "mine": 0,
+        "unclaimed": 1,
+        "overdue": 0,
+        "hidden": 1,
+        "waiting": 2,
+    }
+    assert selectors.inbox_counts(query, user_id=me.pk, now=later) == {
+        "matching": 3,
+        "mine": 0,
+        "unclaimed": 3,
+        "overdue": 0,
+        "hidden": 0,
+        "waiting": 3,
+    }
