@@ -494,9 +494,9 @@ def inbox_counts(
 ) -> dict[str, Any]:
     """TWO queries: {"matching", "mine", "unclaimed", "overdue", "hidden", "waiting"}, and
     with `options` ({"agent": [...], "kind": [...], "state": [...]}: the filter menus'
-    values) "options": {menu: {value: count}}, in the same two queries (and a third for a
-    search, `_search_options_statement`). With `newest`,
-    "newest" too, in the second: the highest request pk among the rows the query matches
+    values) "options": {menu: {value: count}}, in the same two queries (a search that finds
+    no more than the cap: its menus in one, `_search_options_statement`, and the rest in
+    the other). With `newest`, "newest" too, in the second: the highest request pk among the rows the query matches
     (0 if none), which the bulk bar's "all matching" stops at (`request_ids_matching`'s
     `upto`): a request that arrives later has a higher pk, and is not decided with them.
 
@@ -527,16 +527,17 @@ def inbox_counts(
     # A search's menu counts in one statement of their own when it finds few rows; else
     # each option is counted in the first statement below.
     searched = _options_of_a_search(shape, now)
-    first_statement = _statement(
-        _first_statement if searched is None else _first_statement_without_options, shape
-    )
+    if searched is not None:
+        # It found no more rows than the cap in any agent, kind or state: the query's scope,
+        # a part of them, is counted in one pass, the viewer's waiting requests with it.
+        counts = _run(_statement(_one_pass_statement_with_waiting, shape), now)
+        return {**counts, "options": searched}
+    first_statement = _statement(_first_statement, shape)
     first = _run(first_statement, now)
     second = _one_pass_statement if first["scope"] <= shape.cap else _each_capped_statement
     counts = _run(_statement(second, shape), now)
     out: dict[str, Any] = {**counts, "waiting": first["waiting"]}
-    if searched is not None:
-        out["options"] = searched
-    elif options is not None:
+    if options is not None:
         out["options"] = _option_counts(shape, first_statement, first, matching=counts["matching"])
     return out
 
@@ -825,10 +826,12 @@ def _filtered_counts(
     *,
     highest: Mapping[str, Q] | None = None,
     limit: int | None = None,
+    also: Mapping[str, _Sql] | None = None,
 ) -> _Statement:
     """One scan of `rows` (its first `limit` only, with one): for each of `counts` the rows
-    meeting its condition, for each of `highest` the highest pk among them (0 if none). The
-    conditions are the rows' boolean columns, counted around them."""
+    meeting its condition, for each of `highest` the highest pk among them (0 if none), and
+    `also`'s expressions (subqueries of their own). The conditions are the rows' boolean
+    columns, counted around them."""
     conditions = {**counts, **(highest or {})}
     flags = {
         f"flag_{i}": ExpressionWrapper(condition, output_field=BooleanField())
@@ -843,22 +846,30 @@ def _filtered_counts(
     names = list(flags)
     columns = [f"COUNT(CASE WHEN {flag} THEN 1 END)" for flag in names[: len(counts)]]
     columns += [f"MAX(CASE WHEN {flag} THEN row_key END)" for flag in names[len(counts) :]]
+    also = also or {}
+    columns += [part.sql for part in also.values()]
+    params = (*(p for part in also.values() for p in part.params), *params)
     return _Statement(
-        _Sql(f"SELECT {', '.join(columns)} FROM ({sql}) AS counted_rows", tuple(params), inner.db),
-        tuple(conditions),
+        _Sql(f"SELECT {', '.join(columns)} FROM ({sql}) AS counted_rows", params, inner.db),
+        (*conditions, *also),
     )
 
 
-def _first_statement(shape: _CountShape, at: Any, *, with_options: bool = True) -> _Statement:
-    """The query's scope and the viewer's waiting requests, each up to the cap; with the
-    menus' options (`_option_counted`) unless a search counted them."""
-    hides = _viewer_hides_q(shape.user_id, at)
+def _waiting_sql(shape: _CountShape, hides: QuerySet) -> _Sql:
+    """The viewer's pending requests less what they hid, up to the cap (the page title's)."""
     shown = ~Q(pk__in=hides.values("request_id"))
-    scope = _inbox_base(shape.query, hidden_agents=shape.hidden_agents)
     waiting = _inbox_base(InboxQuery(), hidden_agents=shape.hidden_agents).filter(shown)
+    return _capped_sql(waiting, shape.cap)
+
+
+def _first_statement(shape: _CountShape, at: Any) -> _Statement:
+    """The query's scope and the viewer's waiting requests, each up to the cap, and the
+    menus' options (`_option_counted`)."""
+    hides = _viewer_hides_q(shape.user_id, at)
+    scope = _inbox_base(shape.query, hidden_agents=shape.hidden_agents)
     counted = _option_counted(
         shape.query,
-        dict(shape.options) if with_options else {},
+        dict(shape.options),
         hides,
         user_id=shape.user_id,
         now=at,
@@ -867,16 +878,12 @@ def _first_statement(shape: _CountShape, at: Any, *, with_options: bool = True) 
     )
     parts = {
         "scope": _capped_sql(scope, shape.cap),
-        "waiting": _capped_sql(waiting, shape.cap),
+        "waiting": _waiting_sql(shape, hides),
         **{column: sql for column, (_, _, sql) in counted.items()},
     }
     return _select(
         parts, options=tuple((column, menu, value) for column, (menu, value, _) in counted.items())
     )
-
-
-def _first_statement_without_options(shape: _CountShape, at: Any) -> _Statement:
-    return _first_statement(shape, at, with_options=False)
 
 
 def _search_options_statement(shape: _CountShape, at: Any) -> _Statement:
@@ -910,10 +917,10 @@ def _search_options_statement(shape: _CountShape, at: Any) -> _Statement:
     return replace(counted, options=tuple(columns))
 
 
-def _one_pass_statement(shape: _CountShape, at: Any) -> _Statement:
+def _one_pass_statement(shape: _CountShape, at: Any, *, with_waiting: bool = False) -> _Statement:
     """Exact counts of a small scope: one scan, a condition per count, the viewer's hides in
     ONE left join (unique per request and user); with `newest`, the matching rows' highest
-    pk in the same scan."""
+    pk in the same scan; `with_waiting`, the viewer's waiting requests (`_waiting_sql`)."""
     query = shape.query
     hide = FilteredRelation(
         "hides",
@@ -941,7 +948,14 @@ def _one_pass_statement(shape: _CountShape, at: Any) -> _Statement:
             "hidden": count(hidden=chips["hidden"]),
         },
         highest={"newest": count()} if shape.newest else None,
+        also={"waiting": _waiting_sql(shape, _viewer_hides_q(shape.user_id, at))}
+        if with_waiting
+        else None,
     )
+
+
+def _one_pass_statement_with_waiting(shape: _CountShape, at: Any) -> _Statement:
+    return _one_pass_statement(shape, at, with_waiting=True)
 
 
 def _each_capped_statement(shape: _CountShape, at: Any) -> _Statement:

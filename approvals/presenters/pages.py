@@ -245,8 +245,8 @@ def counts_context(
 ) -> dict:
     """The inbox's counts for one viewer (two queries): the list's, the page title's (pending,
     less what the viewer snoozed or ignored) and the chips'; with `agent_names` (the agent
-    menu's) the filter menus' too, in the same two queries, or three for a search
-    (`menus`, selectors.inbox_counts). Live count pushes ask
+    menu's) the filter menus' too, in the same two queries (three for a search that finds
+    more than the cap: `menus`, selectors.inbox_counts). Live count pushes ask
     without: they update the list's count and the chips', the menus' follow with the list.
     With `newest`, the bulk bar's cutoff as well (`bulk_upto`: see selectors.inbox_counts)."""
     query = inbox_query(params)
@@ -274,8 +274,8 @@ def counts_context(
 
 def list_context(user, params, page_number=None, *, now=None) -> dict:
     """The inbox list: filters (their menus' counts), chip counts, one page of rows (4
-    queries: the counts' two, the page's rows and their calls; a search's menu counts, one
-    more; a page past the end of a list counted past the cap, one more, for which page is
+    queries: the counts' two, the page's rows and their calls; the menu counts of a search
+    that finds more than the cap, one more; a page past the end of a list counted past the cap, one more, for which page is
     the last: see `_page`)."""
     now = now or timezone.now()
     agent_names = agents_visible_to(user, [a.name for a in agents.all()])
