@@ -229,6 +229,18 @@ def plain_search_work(word: str):
     return work
 
 
+def machine_speed() -> float:
+    """ms for a fixed pure-Python loop (10^7 additions), best of 3: this project's machines
+    slow down by up to 2x for minutes at a time (other work on the host), which moves every
+    figure of a run; printed before and after, it says which speed a run had."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        sum(range(10**7))
+        best = min(best, (time.perf_counter() - start) * 1000)
+    return best
+
+
 def measure(client, path: str, repeat: int) -> tuple[list[float], int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -294,6 +306,7 @@ def main() -> int:
     client.force_login(user)
 
     print(f"inbox scale on {where}; {args.repeat} renders per size after 3 warm-ups")
+    print(f"machine speed: a fixed Python loop takes {machine_speed():.0f} ms (lower is faster)")
     print(f"{'pending':>8}  {'what':<32} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
 
     def report(size: int, label: str, times: list[float], queries: int) -> None:
@@ -324,6 +337,7 @@ def main() -> int:
                 times, queries = time_calls(plain_search_work(word), args.repeat)
                 report(size, f"plain ILIKE q={word}", times, queries)
         print(f"{'':>8}  (filled in {filled:.1f} s)")
+    print(f"machine speed at the end: {machine_speed():.0f} ms")
     return 0
 
 
