@@ -411,8 +411,8 @@ def test_r_on_a_multi_call_card_with_no_typed_result_says_to_decide_each_call(
     typed_app, typed_api, contexts, shoot
 ):
     """`demo-exec`'s two-call turn: both tools run on the host and neither takes a typed
-    result. The card decides each call in one form and has no approve form (a does nothing
-    there), so r says to choose each call's decision and names the form's button as shown."""
+    result. The card decides each call in one form and has no approve form (a approves
+    every call), so r says to choose each call's decision and names the form's button as shown."""
     t = tag()
     response = typed_api.post(
         "/api/runs",
@@ -839,3 +839,48 @@ def test_claim_snooze_and_bulk_work_without_javascript(app, api, contexts, shoot
     for request_id in ids[1:]:
         assert state_of(api, request_id)["decision"]["reason"] == "not today"
     assert state_of(api, ids[0])["state"] == "pending"
+
+
+def test_a_on_a_multi_call_card_approves_every_call_unless_the_reviewer_chose(
+    typed_app, typed_api, contexts, shoot
+):
+    """`demo-exec`'s two-call turn, both run by the host: a sends the card's form with each
+    call approved. On another such card where the reviewer chose Decline for one call, a
+    sends nothing, says to press the form's button, and focuses it: the choice is theirs."""
+    t = tag()
+    ids = []
+    for n in (1, 2):
+        response = typed_api.post(
+            "/api/runs",
+            json={"agent": "demo-exec", "prompt": f"Refund order E-{n}, $4 and email (both {t})"},
+        )
+        assert response.status_code == 201, response.text
+        run = wait_run(typed_api, response.json()["id"], "pending")
+        ids.append(run["pending"]["request"]["id"])
+    chosen, plain = ids
+    page = login(contexts(), typed_app, "reviewer")
+
+    open_triage(page, typed_app, f"q={t}&r={chosen}")
+    card = detail_card(page, chosen)
+    expect(card.locator("fieldset.call-decision")).to_have_count(2)
+    submit = card.get_by_role("button", name=re.compile(r"^Submit decisions\b"))
+    expect(submit.locator(".key-hint")).to_have_text("a")
+    card.locator('input[type=radio][value="decline"]').first.check()
+    blur(page)
+    page.keyboard.press("a")
+    expect(page.locator("#toasts .keys-note")).to_have_text(
+        "You chose each call's decision here: press “Submit decisions” to send them."
+    )
+    expect(submit).to_be_focused()
+    expect(card.locator('input[type=radio][value="decline"]').first).to_be_checked()
+    shoot(page, "a-multi-call-chosen")
+    assert state_of(typed_api, chosen)["state"] == "pending"
+
+    open_triage(page, typed_app, f"q={t}&r={plain}")
+    expect(detail_card(page, plain).locator("fieldset.call-decision")).to_have_count(2)
+    blur(page)
+    page.keyboard.press("a")
+    found = wait_state(typed_api, plain, "approved", "declined", "answered")
+    assert found["state"] == "approved"
+    assert sorted(c["decision"] for c in found["calls"]) == ["approve", "approve"]
+    assert state_of(typed_api, chosen)["state"] == "pending"

@@ -1,7 +1,8 @@
 // The triage inbox from the keyboard, bulk selection, claims, and alerts (issue 14).
 // Every page works without this file; it only adds:
 // - keys (the list is in #keys-help, "?"): j/k move the cursor over the rows, Enter opens,
-//   a approves (or goes to the typed result a request needs), d goes to the decline reason
+//   a approves (every call of a multi-call card, as its form stands by default; or goes to
+//   the typed result a request needs), d goes to the decline reason
 //   (Enter sends it, Shift+Enter is a new line), e edits the arguments, r goes to the typed
 //   result or answer the card marks (data-respond: where the service takes one), never to the
 //   decline reason: a request that takes none says so in a toast; c claims / releases
@@ -232,13 +233,47 @@
 
   function approve(card) {
     if (card.dataset.deciding) return;  // a decision on it is on its way: never a second one
-    if (!approveForm(card)) { focusEnd(answerField(card)); return; }
+    if (!approveForm(card)) {
+      var calls = callsForm(card);
+      if (calls) approveCalls(card, calls);
+      else focusEnd(answerField(card));
+      return;
+    }
     var id = card.dataset.requestId;
     actOnCurrent(function () {
       var now = currentCard(id);
       if (!now) return detailLoading ? null : false;  // another request opened: nothing to do
       if (now.dataset.deciding) return false;
       return approveForm(now) || false;  // decided meanwhile: no approve form any more
+    }, submit);
+  }
+
+  // a on a multi-call card approves every call: it sends the form as it stands when each
+  // call's "Approve" is chosen (the default where the host runs it) and nothing is typed in
+  // it. A call the host cannot run, or a choice or text the reviewer put in the form, is
+  // theirs to send: a says how, focuses the form's button, and sends nothing.
+  function approveCalls(card, calls) {
+    var button = $("button[type=submit]", calls);
+    var send = "“" + (shownText(button) || "the form's button") + "”";
+    var boxes = $$("fieldset.call-decision", calls);
+    var approves = boxes.map(function (box) { return $('input[type=radio][value="approve"]', box); });
+    if (approves.some(function (radio) { return !radio; })) {
+      say("A call here cannot be approved (the host does not run it): choose each call's decision, then press " + send + ".");
+      return;
+    }
+    var typed = $$("input[name]:not([type=hidden]):not([type=radio]), textarea[name]", calls)
+      .some(function (el) { return el.value.trim() !== ""; });
+    if (typed || approves.some(function (radio) { return !radio.checked; })) {
+      say("You chose each call's decision here: press " + send + " to send them.");
+      if (button) button.focus();
+      return;
+    }
+    var id = card.dataset.requestId;
+    actOnCurrent(function () {
+      var now = currentCard(id);
+      if (!now) return detailLoading ? null : false;  // another request opened: nothing to do
+      if (now.dataset.deciding) return false;
+      return callsForm(now) || false;  // decided meanwhile
     }, submit);
   }
 
@@ -298,7 +333,7 @@
     var field = answerField(card);
     if (!field) {
       var calls = approveForm(card) ? null : callsForm(card);
-      if (calls) {  // no approve form (a does nothing here): each call is decided in the form
+      if (calls) {  // no approve form: each call is decided in the form (a approves them all)
         var send = shownText($("button[type=submit]", calls)) || "the form's button";
         say("No call here takes a typed result: choose each call's decision, then press “" + send + "”.");
       } else if ($(".actions", card)) say("This request takes no typed result: approve it (a) or decline it (d).");
@@ -789,8 +824,9 @@
       k.textContent = key;
       el.appendChild(k);
     };
-    var form = approveForm(card);
+    var form = approveForm(card), calls = callsForm(card);
     hint(form && form.querySelector("button[type=submit]"), "a");
+    if (!form && calls) hint(calls.querySelector("button[type=submit]"), "a");  // approves every call
     var decline = $("form.decline button[type=submit]", card);
     hint(decline, "d");
     hint($("details.edit > summary", card), "e");
