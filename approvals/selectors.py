@@ -8,6 +8,7 @@ of a hidden agent is left out of lists and counts, and does not exist for a get 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -496,8 +497,8 @@ def inbox_counts(
     with `options` ({"agent": [...], "kind": [...], "state": [...]}: the filter menus'
     values) "options": {menu: {value: count}}, in the same two queries (a search that finds
     no more than the cap: its menus in one, `_search_options_statement`, and the rest in
-    the other). With `newest`, "newest" too, in the second: the highest request pk among the rows the query matches
-    (0 if none), which the bulk bar's "all matching" stops at (`request_ids_matching`'s
+    the other). With `newest`, "newest" too, in the second: the highest request pk among
+    the rows the query matches (0 if none), which the bulk bar's "all matching" stops at (`request_ids_matching`'s
     `upto`): a request that arrives later has a higher pk, and is not decided with them.
 
     "matching" counts the query's rows; each chip counts them with the query's other filters
@@ -517,7 +518,7 @@ def inbox_counts(
     The statements are compiled once per shape of count (`_statement`) and bound to `now`."""
     now = now or timezone.now()
     shape = _CountShape(
-        query=query,
+        query=replace(query, sort=InboxQuery().sort),  # no count depends on the order
         user_id=user_id,
         hidden_agents=tuple(sorted(hidden_agents)),
         cap=count_cap() if cap is None else cap,
@@ -528,10 +529,11 @@ def inbox_counts(
     # each option is counted in the first statement below.
     searched = _options_of_a_search(shape, now)
     if searched is not None:
-        # It found no more rows than the cap in any agent, kind or state: the query's scope,
-        # a part of them, is counted in one pass, the viewer's waiting requests with it.
-        counts = _run(_statement(_one_pass_statement_with_waiting, shape), now)
-        return {**counts, "options": searched}
+        # Its statement counted the query's scope too (up to the cap): the rest, with the
+        # viewer's waiting requests, in one more.
+        options, scope = searched
+        rest = _one_pass_with_waiting if scope <= shape.cap else _each_capped_with_waiting
+        return {**_run(_statement(rest, shape), now), "options": options}
     first_statement = _statement(_first_statement, shape)
     first = _run(first_statement, now)
     second = _one_pass_statement if first["scope"] <= shape.cap else _each_capped_statement
@@ -727,16 +729,19 @@ def _capped_sql(counted: QuerySet | _Either, cap: int) -> _Sql:
     return _Sql(f"(SELECT COUNT(*) FROM ({sql}) AS counted)", tuple(params), limited.db)
 
 
-def _options_of_a_search(shape: _CountShape, now: Any) -> dict[str, dict[str, int]] | None:
-    """The menus' counts of a search, when it finds no more rows than the cap
-    (`_search_options_statement`); else None: each option is counted on its own."""
+def _options_of_a_search(
+    shape: _CountShape, now: Any
+) -> tuple[dict[str, dict[str, int]], int] | None:
+    """The menus' counts of a search and its scope's count (up to the cap + 1), when it
+    finds no more rows than the cap (`_search_options_statement`); else None: each option
+    is counted on its own."""
     if not shape.options or not shape.query.q or shape.query.hidden == "only":
         return None
     statement = _statement(_search_options_statement, shape)
     found = _run(statement, now)
     if found["found"] > shape.cap:
         return None
-    return _option_counts(shape, statement, found, matching=0)
+    return _option_counts(shape, statement, found, matching=0), found["scope"]
 
 
 # -- counting statements, compiled once per shape ------------------------------------------
@@ -770,7 +775,9 @@ class _Statement:
 # no real moment of a request or a hide is this one.
 _STAND_IN_NOW = datetime(1901, 2, 3, 4, 5, 6, 78901, tzinfo=UTC)
 _STATEMENTS: dict[tuple, _Statement] = {}
-_MAX_STATEMENTS = 256  # shapes times viewers; a search text is a shape of its own
+# Shapes times viewers (a search text is a shape of its own); an entry is a few kB, up to
+# 50 kB for a viewer's hidden requests counted over 30 agents' options.
+_MAX_STATEMENTS = 1000
 
 
 def _moments(now: Any) -> tuple:
@@ -786,9 +793,11 @@ def _statement(build: Any, shape: _CountShape) -> _Statement:
     key = (build, shape, ApprovalRequest.objects.db, int(app_settings.CLAIM_MINUTES or 0))
     statement = _STATEMENTS.get(key)
     if statement is None:
-        if len(_STATEMENTS) >= _MAX_STATEMENTS:
-            _STATEMENTS.clear()
-        statement = _STATEMENTS[key] = build(shape, _STAND_IN_NOW)
+        statement = build(shape, _STAND_IN_NOW)
+        while len(_STATEMENTS) >= _MAX_STATEMENTS:  # the oldest goes (another thread may too)
+            with suppress(KeyError, RuntimeError, StopIteration):
+                del _STATEMENTS[next(iter(_STATEMENTS))]
+        _STATEMENTS[key] = statement
     return statement
 
 
@@ -833,6 +842,7 @@ def _filtered_counts(
     `also`'s expressions (subqueries of their own). The conditions are the rows' boolean
     columns, counted around them."""
     conditions = {**counts, **(highest or {})}
+    assert len(conditions) == len(counts) + len(highest or {}), "a name counted twice"
     flags = {
         f"flag_{i}": ExpressionWrapper(condition, output_field=BooleanField())
         if condition
@@ -893,7 +903,10 @@ def _search_options_statement(shape: _CountShape, at: Any) -> _Statement:
     (`_option_counted`), every option repeats the search: 13 trigram searches, 27 ms at
     100k pending for a word 1 % of them hold, against 3. Used for a search without
     `hidden=only` (counted from the viewer's hides); when it finds more than the cap, each
-    option is counted on its own (its count stops early anyway)."""
+    option is counted on its own (its count stops early anyway). With them, the query's
+    scope up to the cap + 1 ("scope", as `_first_statement` counts it): the rows found are
+    those the query's claim, overdue and hidden filters keep, and the scope may hold far
+    more, which then are counted each up to the cap."""
     query = shape.query
     hides = _viewer_hides_q(shape.user_id, at)
     chips = _chips_by_hides(query, hides, user_id=shape.user_id, now=at)
@@ -913,7 +926,10 @@ def _search_options_statement(shape: _CountShape, at: Any) -> _Statement:
                 for field in OPTION_MENUS
                 if getattr(chosen, field) not in ("", "all")
             )
-    counted = _filtered_counts(found, conditions, limit=shape.cap + 1)
+    scope = _inbox_base(query, hidden_agents=shape.hidden_agents)
+    counted = _filtered_counts(
+        found, conditions, limit=shape.cap + 1, also={"scope": _capped_sql(scope, shape.cap)}
+    )
     return replace(counted, options=tuple(columns))
 
 
@@ -954,13 +970,16 @@ def _one_pass_statement(shape: _CountShape, at: Any, *, with_waiting: bool = Fal
     )
 
 
-def _one_pass_statement_with_waiting(shape: _CountShape, at: Any) -> _Statement:
+def _one_pass_with_waiting(shape: _CountShape, at: Any) -> _Statement:
     return _one_pass_statement(shape, at, with_waiting=True)
 
 
-def _each_capped_statement(shape: _CountShape, at: Any) -> _Statement:
+def _each_capped_statement(
+    shape: _CountShape, at: Any, *, with_waiting: bool = False
+) -> _Statement:
     """Counts of a large scope: each a subquery that stops at the cap + 1 rows; with
-    `newest`, the matching rows' highest pk (a subquery that reads the newest first)."""
+    `newest`, the matching rows' highest pk (a subquery that reads the newest first);
+    `with_waiting`, the viewer's waiting requests (`_waiting_sql`)."""
     query = shape.query
     scope = _inbox_base(query, hidden_agents=shape.hidden_agents)
     hides = _viewer_hides_q(shape.user_id, at)
@@ -982,7 +1001,13 @@ def _each_capped_statement(shape: _CountShape, at: Any) -> _Statement:
     parts = {name: _capped_sql(rows, shape.cap) for name, rows in counted.items()}
     if shape.newest:
         parts["newest"] = _newest_sql(counted["matching"])
+    if with_waiting:
+        parts["waiting"] = _waiting_sql(shape, hides)
     return _select(parts)
+
+
+def _each_capped_with_waiting(shape: _CountShape, at: Any) -> _Statement:
+    return _each_capped_statement(shape, at, with_waiting=True)
 
 
 def count_cap() -> int:

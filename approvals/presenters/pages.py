@@ -275,8 +275,8 @@ def counts_context(
 def list_context(user, params, page_number=None, *, now=None) -> dict:
     """The inbox list: filters (their menus' counts), chip counts, one page of rows (4
     queries: the counts' two, the page's rows and their calls; the menu counts of a search
-    that finds more than the cap, one more; a page past the end of a list counted past the cap, one more, for which page is
-    the last: see `_page`)."""
+    that finds more than the cap, one more; a page past the end of a list counted past the
+    cap, one more, for which page is the last: see `_page`)."""
     now = now or timezone.now()
     agent_names = agents_visible_to(user, [a.name for a in agents.all()])
     # The bulk bar's cutoff (`bulk_upto`) is read with the counts, before the rows: a row that

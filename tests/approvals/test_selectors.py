@@ -482,9 +482,16 @@ def test_a_searchs_option_counts_match_option_by_option(
     queries = [{"q": "refund"}, {"q": "refund", "agent": "demo", "state": "all"}]
     for query in queries:
         with django_assert_num_queries(statements):
-            counted = option_counts(me, cap=cap, **query)
+            counted = selectors.inbox_counts(
+                InboxQuery(**query), user_id=me.pk, cap=cap, options=MENUS, newest=True
+            )
         monkeypatch.setattr(selectors, "_options_of_a_search", lambda *a, **k: None)
-        assert option_counts(me, cap=cap, **query) == counted
+        assert (
+            selectors.inbox_counts(
+                InboxQuery(**query), user_id=me.pk, cap=cap, options=MENUS, newest=True
+            )
+            == counted  # every count, not the menus' alone
+        )
         monkeypatch.undo()
 
 
@@ -554,13 +561,44 @@ def test_query_counts_do_not_grow_with_rows(django_assert_num_queries, query, qu
         read()
 
 
+@pytest.mark.parametrize(
+    "query", [{"q": "refund"}, {"q": "refund", "claim": "mine"}, {"q": "refund", "overdue": True}]
+)
+def test_a_search_finding_few_of_a_large_scope_still_counts_each_up_to_the_cap(
+    django_assert_num_queries, monkeypatch, query
+):
+    """What a search finds passes the query's claim, overdue and hidden filters; the scope it
+    searches does not: 1 found of 6 in scope (5 hidden by the viewer, claimed by another),
+    with cap 2, the chips stop past the cap as without the search's menu statement."""
+    me, other = make_user(), make_user()
+    rows = [make_request(prompt=f"refund {i}") for i in range(6)]
+    for row in rows[:5]:
+        services.request_hide(request_id=row.request_id, user=me)
+        claim(row, other)
+
+    def counted() -> dict:
+        return selectors.inbox_counts(
+            InboxQuery(**query), user_id=me.pk, cap=2, options=MENUS, newest=True
+        )
+
+    with django_assert_num_queries(2):
+        found = counted()
+    assert found["waiting"] == 1
+    if query == {"q": "refund"}:
+        assert found["hidden"] == 3  # 5 hidden: stopped at cap + 1
+    assert all(n <= 3 for name, n in found.items() if name not in ("options", "newest"))
+    monkeypatch.setattr(selectors, "_options_of_a_search", lambda *a, **k: None)
+    assert counted() == found  # option by option: the same counts, every one
+
+
 # -- counting statements compiled once per shape -----------------------------------------------
 
 BUILDERS = [
     selectors._first_statement,
     selectors._search_options_statement,
     selectors._one_pass_statement,
-    selectors._one_pass_statement_with_waiting,
+    selectors._one_pass_with_waiting,
+    selectors._each_capped_with_waiting,
     selectors._each_capped_statement,
 ]
 
@@ -624,3 +662,16 @@ def test_counts_follow_the_moment_they_are_asked_at():
         "hidden": 0,
         "waiting": 3,
     }
+
+
+def test_a_changed_claim_time_is_a_statement_of_its_own(settings):
+    """The claim time shapes the SQL (a cutoff, or none when claims never lapse): counts of
+    the same query follow a change of it."""
+    me, other = make_user(), make_user()
+    claim(make_request(), other, minutes_ago=60)
+    settings.TOOLNEXUS_CLAIM_MINUTES = 30
+    assert selectors.inbox_counts(InboxQuery(), user_id=me.pk)["unclaimed"] == 1  # lapsed
+    settings.TOOLNEXUS_CLAIM_MINUTES = 0
+    assert selectors.inbox_counts(InboxQuery(), user_id=me.pk)["unclaimed"] == 0  # never
+    settings.TOOLNEXUS_CLAIM_MINUTES = 90
+    assert selectors.inbox_counts(InboxQuery(), user_id=me.pk)["unclaimed"] == 0  # active
