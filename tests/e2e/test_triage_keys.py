@@ -869,7 +869,8 @@ def test_a_on_a_multi_call_card_approves_every_call_unless_the_reviewer_chose(
     blur(page)
     page.keyboard.press("a")
     expect(page.locator("#toasts .keys-note")).to_have_text(
-        "You chose each call's decision here: press “Submit decisions” to send them."
+        "You changed this form (a decision or a text): press “Submit decisions” to send it"
+        " as it is."
     )
     expect(submit).to_be_focused()
     expect(card.locator('input[type=radio][value="decline"]').first).to_be_checked()
@@ -884,3 +885,20 @@ def test_a_on_a_multi_call_card_approves_every_call_unless_the_reviewer_chose(
     assert found["state"] == "approved"
     assert sorted(c["decision"] for c in found["calls"]) == ["approve", "approve"]
     assert state_of(typed_api, chosen)["state"] == "pending"
+
+    # `demo-typed`'s two-call turn: the host does not run send_email, whose result the
+    # reviewer types: a goes there (its "Return this result" chosen), as on a single call
+    response = typed_api.post(
+        "/api/runs",
+        json={"agent": "demo-typed", "prompt": f"Refund order E-3, $4 and email (both {t})"},
+    )
+    assert response.status_code == 201, response.text
+    typed = wait_run(typed_api, response.json()["id"], "pending")["pending"]["request"]["id"]
+    open_triage(page, typed_app, f"q={t}&r={typed}")
+    card = detail_card(page, typed)
+    expect(card.locator("fieldset.call-decision")).to_have_count(2)
+    blur(page)
+    page.keyboard.press("a")
+    expect(card.locator('textarea[name="output.call_email"]')).to_be_focused()
+    expect(card.locator('[name="decision.call_email"][value="output"]')).to_be_checked()
+    assert state_of(typed_api, typed)["state"] == "pending"

@@ -248,23 +248,36 @@
     }, submit);
   }
 
-  // a on a multi-call card approves every call: it sends the form as it stands when each
-  // call's "Approve" is chosen (the default where the host runs it) and nothing is typed in
-  // it. A call the host cannot run, or a choice or text the reviewer put in the form, is
-  // theirs to send: a says how, focuses the form's button, and sends nothing.
-  function approveCalls(card, calls) {
-    var button = $("button[type=submit]", calls);
-    var send = "“" + (shownText(button) || "the form's button") + "”";
-    var boxes = $$("fieldset.call-decision", calls);
-    var approves = boxes.map(function (box) { return $('input[type=radio][value="approve"]', box); });
-    if (approves.some(function (radio) { return !radio; })) {
-      say("A call here cannot be approved (the host does not run it): choose each call's decision, then press " + send + ".");
-      return;
-    }
+  // a on a multi-call card approves every call: it sends the form when each call is still
+  // set to "Approve" (the default where the host runs it) and nothing is typed in it. A call
+  // the host does not run needs its result: a goes there, as on a single call. A choice or
+  // text the reviewer put in the form is theirs to send: a says how, focuses the form's
+  // button, and sends nothing.
+  function callsState(calls) {
+    var approves = $$("fieldset.call-decision", calls).map(function (box) {
+      return $('input[type=radio][value="approve"]', box);
+    });
+    if (approves.some(function (radio) { return !radio; })) return "needs a result";
     var typed = $$("input[name]:not([type=hidden]):not([type=radio]), textarea[name]", calls)
       .some(function (el) { return el.value.trim() !== ""; });
-    if (typed || approves.some(function (radio) { return !radio.checked; })) {
-      say("You chose each call's decision here: press " + send + " to send them.");
+    return typed || approves.some(function (radio) { return !radio.checked; }) ? "changed" : "approve all";
+  }
+
+  function approveCalls(card, calls) {
+    var state = callsState(calls);
+    if (state === "needs a result") {  // the first such call: its result, chosen
+      var box = $$("fieldset.call-decision", calls).filter(function (b) {
+        return !$('input[type=radio][value="approve"]', b);
+      })[0];
+      var output = $('input[type=radio][value="output"]', box);
+      if (output) output.checked = true;
+      focusEnd($('textarea[name^="output."], input[name^="output."]', box) || output);
+      return;
+    }
+    var button = $("button[type=submit]", calls);
+    if (state === "changed") {
+      var send = "“" + (shownText(button) || "the form's button") + "”";
+      say("You changed this form (a decision or a text): press " + send + " to send it as it is.");
       if (button) button.focus();
       return;
     }
@@ -273,7 +286,8 @@
       var now = currentCard(id);
       if (!now) return detailLoading ? null : false;  // another request opened: nothing to do
       if (now.dataset.deciding) return false;
-      return callsForm(now) || false;  // decided meanwhile
+      var form = callsForm(now);  // decided meanwhile: none; changed meanwhile: not a's to send
+      return form && callsState(form) === "approve all" ? form : false;
     }, submit);
   }
 
@@ -753,43 +767,54 @@
     var d = e.detail, path = d && d.pathInfo && d.pathInfo.requestPath;
     if (!path || !d.requestConfig || d.requestConfig.verb !== "get" || !(path in barPostsAtRefresh)) return;
     if (barPostsAtRefresh[path] !== barPosts) d.shouldSwap = false;
-    else if (d.target && d.target.dataset) unsentIn[d.target.dataset.requestId] = unsentChoices(d.target);
     delete barPostsAtRefresh[path];
   });
 
   // What a reviewer chose or typed in a claim bar and has not sent (the snooze menu, its
-  // minutes) goes into the bar a refresh draws: a live update never discards it. Keyed by
-  // the form's action and the field's name; a field the new bar lacks is simply gone.
+  // minutes) goes into the bar that replaces it: a refresh after a live update, the answer
+  // of the bar's own forms (claim, release, an error), a decision's out-of-band bar. Taken
+  // as that swap is about to happen, put back into the bar it brought (the event's own
+  // element), by the form's action and the field's name; a field the new bar lacks is gone.
   var unsentIn = {};
   function fieldKey(el) { return (el.form ? el.form.getAttribute("action") : "") + "|" + el.name; }
+  function defaultOption(select) {  // the one a fresh menu shows: marked selected, or the first
+    return Array.prototype.filter.call(select.options, function (o) { return o.defaultSelected; })[0] || select.options[0];
+  }
   function unsentChoices(bar) {
     var choices = {};
     $$("select[name], input[name]:not([type=hidden]), textarea[name]", bar).forEach(function (el) {
       var changed = el.tagName === "SELECT"
-        ? Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; })
+        ? el.options.length > 0 && el.selectedIndex !== defaultOption(el).index
         : el.type === "checkbox" || el.type === "radio" ? el.checked !== el.defaultChecked
           : el.value !== el.defaultValue;
       if (changed) choices[fieldKey(el)] = el.type === "checkbox" || el.type === "radio" ? el.checked : el.value;
     });
     return choices;
   }
-  document.addEventListener("htmx:oobBeforeSwap", function (e) {  // a decision's answer redraws it too
-    var t = e.detail && e.detail.target;
-    if (t && t.matches && t.matches(".claim-bar") && e.detail.shouldSwap !== false) {
-      unsentIn[t.dataset.requestId] = unsentChoices(t);
-    }
+  function takeUnsent(bar, swapping) {
+    if (!swapping || !bar || !bar.matches || !bar.matches(".claim-bar") || !bar.isConnected) return;
+    var choices = unsentChoices(bar);
+    if (Object.keys(choices).length) unsentIn[bar.dataset.requestId] = choices;
+  }
+  // Listeners of the same events added earlier (app.js, the bar's refresh guard above) have
+  // decided whether the swap happens: these run after them.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    takeUnsent(e.detail && e.detail.target, e.detail && e.detail.shouldSwap);
   });
-  function restoreUnsent() {
-    Object.keys(unsentIn).forEach(function (id) {
-      var choices = unsentIn[id], bar = $('.claim-bar[data-request-id="' + CSS.escape(id) + '"]');
-      delete unsentIn[id];
-      if (!bar) return;
-      $$("select[name], input[name]:not([type=hidden]), textarea[name]", bar).forEach(function (el) {
-        var key = fieldKey(el);
-        if (!(key in choices)) return;
-        if (el.type === "checkbox" || el.type === "radio") el.checked = choices[key];
-        else el.value = choices[key];
-      });
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    takeUnsent(e.detail && e.detail.target, e.detail && e.detail.shouldSwap !== false);
+  });
+  function restoreUnsent(e) {
+    var bar = e.target;  // the element the swap brought in
+    if (!bar || !bar.matches || !bar.matches(".claim-bar")) return;
+    var id = bar.dataset.requestId, choices = unsentIn[id];
+    delete unsentIn[id];
+    if (!choices) return;
+    $$("select[name], input[name]:not([type=hidden]), textarea[name]", bar).forEach(function (el) {
+      var key = fieldKey(el);
+      if (!(key in choices)) return;
+      if (el.type === "checkbox" || el.type === "radio") el.checked = choices[key];
+      else el.value = choices[key];
     });
   }
   document.addEventListener("htmx:afterSwap", restoreUnsent);
@@ -826,12 +851,12 @@
     };
     var form = approveForm(card), calls = callsForm(card);
     hint(form && form.querySelector("button[type=submit]"), "a");
-    if (!form && calls) hint(calls.querySelector("button[type=submit]"), "a");  // approves every call
     var decline = $("form.decline button[type=submit]", card);
     hint(decline, "d");
     hint($("details.edit > summary", card), "e");
     var answer = answerField(card);
     if (answer && answer.form) hint(answer.form.querySelector("button[type=submit]"), form ? "r" : "a / r");
+    if (!form && calls) hint(calls.querySelector("button[type=submit]"), "a");  // approves every call
   }
 
   function refresh() {
