@@ -63,6 +63,20 @@ def test_menu_counts_follow_the_filters_and_the_menu_keeps_the_focus(app, api, c
     )
     shoot(page, "menus-after-kind")
 
+    # the list drawn again with the same counts: no option is written again (an open menu
+    # is not redrawn); a count that changes is
+    watch = """() => { window.e2eOptionWrites = 0;
+      const seen = new MutationObserver(r => { window.e2eOptionWrites += r.length; });
+      document.querySelectorAll('#inbox-filters select').forEach(menu => seen.observe(
+        menu, { subtree: true, childList: true, characterData: true })); }"""
+    page.evaluate(watch)
+    reload_list = """() => new Promise(done => htmx.ajax('GET', location.href,
+      { target: '#request-list', swap: 'outerHTML' }).then(() => done(window.e2eOptionWrites)))"""
+    assert page.evaluate(reload_list) == 0
+    halted_run(api, f"Ask the customer another question (menus {tag()})")
+    assert page.evaluate(reload_list) > 0  # the question's count (and "all kinds")
+    assert page.evaluate(OPTIONS, list(MENUS)) == served_options(page, app.url("/?kind=tool_call"))
+
 
 def test_snooze_until_tomorrow_is_9_in_the_browsers_time_zone(app, api, contexts, shoot):
     t = tag()

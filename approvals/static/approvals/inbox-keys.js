@@ -820,6 +820,16 @@
   document.addEventListener("htmx:afterSwap", restoreUnsent);
   document.addEventListener("htmx:oobAfterSwap", restoreUnsent);
 
+  // The filter menus' counts come with each list update, an option's text each (out of
+  // band): one whose text did not change is not written again, so a menu open under the
+  // pointer is redrawn only when a count in it changed.
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var d = e.detail, t = d && d.target;
+    if (t && t.tagName === "OPTION" && d.fragment && d.fragment.textContent === t.textContent) {
+      d.shouldSwap = false;
+    }
+  });
+
   var liveAbout = {};
   document.addEventListener("htmx:wsBeforeMessage", function (e) {
     inLive = true;
