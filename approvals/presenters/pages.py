@@ -297,6 +297,7 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
     selected = selected_id(params)
     return {
         **counted,
+        "bulk_drawn": now.isoformat(),  # "all matching" takes what matched at this moment
         "notices": filter_notices(params, query, agent_names),
         "nav": "inbox",
         "page": page,

@@ -343,15 +343,37 @@ def _bulk_upto(value: str | None) -> int:
     return int(value)
 
 
+DRAWN_MAX_AGE = timedelta(days=1)
+
+
+def _bulk_drawn(value: str | None) -> datetime:
+    """The bulk form's `drawn`: the moment its list was drawn. "All matching" takes what the
+    filters matched then, so a snooze or a claim that lapsed since does not bring back a
+    request the reviewer never saw in it. Absent (a page from before the field): now.
+    ValueError: not a time with its zone, later than now, or older than a day."""
+    value = (value or "").strip()
+    now = timezone.now()
+    if not value:
+        return now
+    try:
+        drawn = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(STALE_ALL) from None
+    if timezone.is_naive(drawn) or not now - DRAWN_MAX_AGE <= drawn <= now + timedelta(seconds=5):
+        raise ValueError(STALE_ALL)
+    return min(drawn, now)
+
+
 def _bulk_ids(request: HttpRequest) -> tuple[list[str], int]:
     """The request ids a bulk decision takes, and how many requests "all matching"'s filters
     match that arrived after its list was drawn (left out: nobody saw them). ValueError:
-    "all matching" without a valid `upto`."""
+    "all matching" without a valid `upto` or with an invalid `drawn`."""
     if request.POST.get("all"):
         upto = _bulk_upto(request.POST.get("upto"))
+        drawn = _bulk_drawn(request.POST.get("drawn"))
         query = selectors.InboxQuery.from_params(request.POST)
         reads = {"user_id": request.user.pk, "hidden_agents": hidden_agents(request.user)}
-        ids = selectors.request_ids_matching(query, limit=MAX_BULK, upto=upto, **reads)
+        ids = selectors.request_ids_matching(query, limit=MAX_BULK, upto=upto, now=drawn, **reads)
         return ids, selectors.count_matching_after(query, after=upto, cap=MAX_BULK, **reads)
     seen: dict[str, None] = {}
     for value in request.POST.getlist("ids"):

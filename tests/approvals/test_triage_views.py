@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from unittest.mock import ANY
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -444,7 +445,7 @@ def test_all_matching_decides_only_the_requests_the_list_had_when_drawn(reviewer
     matched when drawn; the newer one stays pending and the result says so."""
     client = session_client(reviewer)
     fields = bulk_fields(client.get("/?kind=tool_call").content.decode())
-    assert fields == {"kind": "tool_call", "upto": str(three[-1].pk)}
+    assert fields == {"kind": "tool_call", "upto": str(three[-1].pk), "drawn": ANY}
     later = pending(start_and_halt(user=reviewer, prompt="Refund order A-2001, $9"))
     response = client.post(
         "/requests/bulk/", {**fields, "all": "1", "action": action, "reason": "no"}, headers=HX
@@ -470,7 +471,7 @@ def test_all_matching_decides_only_the_requests_the_list_had_when_drawn(reviewer
 def test_an_empty_list_posts_a_cutoff_of_0_and_all_matching_then_decides_nothing(reviewer):
     client = session_client(reviewer)
     fields = bulk_fields(client.get("/").content.decode())
-    assert fields == {"upto": "0"}
+    assert fields == {"upto": "0", "drawn": ANY}
     row = make_request()
     response = client.post(
         "/requests/bulk/", {**fields, "all": "1", "action": "decline"}, headers=HX
@@ -492,6 +493,54 @@ def test_all_matching_without_a_valid_cutoff_decides_nothing(reviewer, three, up
     html = response.content.decode()
     assert "Nothing was decided" in html and "reload" in html
     assert "Nothing was decided" in flashes(client, client.post("/requests/bulk/", data))
+    assert {fresh(r).state for r in three} == {"pending"}
+
+
+def test_all_matching_applies_the_filters_as_at_the_moment_the_list_was_drawn(
+    reviewer, three, monkeypatch
+):
+    """A request the reviewer had snoozed when the list was drawn, whose snooze lapses
+    before they send "all matching", matches the filters again: it is left out (they never
+    saw it in that list), the filters applied as at the moment the form carries (`drawn`)."""
+    snoozed = three[0]
+    services.request_hide(
+        request_id=snoozed.request_id, user=reviewer, until=timezone.now() + timedelta(minutes=5)
+    )
+    client = session_client(reviewer)
+    fields = bulk_fields(client.get("/?kind=tool_call").content.decode())
+    drawn = datetime.fromisoformat(fields["drawn"])
+    assert timezone.is_aware(drawn) and abs(timezone.now() - drawn) < timedelta(minutes=1)
+    later = timezone.now() + timedelta(minutes=10)  # the snooze has lapsed by then
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    response = client.post(
+        "/requests/bulk/", {**fields, "all": "1", "action": "decline"}, headers=HX
+    )
+    assert "2 of 2 declined." in response.content.decode()
+    assert fresh(snoozed).state == "pending"
+    assert {fresh(r).state for r in three[1:]} == {"declined"}
+    # without the moment (a page from before the field): the filters as they stand now
+    fields.pop("drawn")
+    response = client.post(
+        "/requests/bulk/", {**fields, "all": "1", "action": "decline"}, headers=HX
+    )
+    assert "1 of 1 declined." in response.content.decode()
+    assert fresh(snoozed).state == "declined"
+
+
+@pytest.mark.parametrize(
+    "drawn",
+    ["yesterday", "2026-12-01T10:00:00", "later", "earlier"],  # not a time; no zone; range
+)
+def test_all_matching_with_an_invalid_moment_decides_nothing(reviewer, three, drawn):
+    now = timezone.now()
+    drawn = {
+        "later": (now + timedelta(minutes=5)).isoformat(),
+        "earlier": (now - timedelta(days=2)).isoformat(),
+    }.get(drawn, drawn)
+    data = {"all": "1", "action": "decline", "upto": str(three[-1].pk), "drawn": drawn}
+    response = session_client(reviewer).post("/requests/bulk/", data, headers=HX)
+    assert response["X-Toolnexus-Outcome"] == "error"
+    assert "Nothing was decided" in response.content.decode()
     assert {fresh(r).state for r in three} == {"pending"}
 
 

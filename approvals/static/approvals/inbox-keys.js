@@ -510,8 +510,11 @@
 
   // The filters "all matching" posts: the bulk form's hidden fields (the list's query), less
   // `upto`, the newest request (pk) they matched when the list was drawn (uptoOf).
+  // The list's filters as its bulk bar posts them: not its cutoff (upto) nor the moment it
+  // was drawn (drawn), which a list drawn again with nothing new changes.
   function filtersOf(form) {
-    return form ? $$("input[type=hidden]", form).filter(function (i) { return i.name !== "csrfmiddlewaretoken" && i.name !== "upto"; })
+    var cut = { csrfmiddlewaretoken: 1, upto: 1, drawn: 1 };
+    return form ? $$("input[type=hidden]", form).filter(function (i) { return !cut[i.name]; })
       .map(function (i) { return i.name + "=" + i.value; }).join("&") : "";
   }
   function uptoOf(form) {
