@@ -239,12 +239,19 @@
       else focusEnd(answerField(card));
       return;
     }
+    // decided meanwhile: no approve form any more
+    submitOnCurrent(card, function (now) { return approveForm(now) || false; });
+  }
+
+  // Submits the form `pick(card)` gives on the request's card in the page when it acts (see
+  // actOnCurrent): nothing when another request opened or a decision on it is on its way.
+  function submitOnCurrent(card, pick) {
     var id = card.dataset.requestId;
     actOnCurrent(function () {
       var now = currentCard(id);
       if (!now) return detailLoading ? null : false;  // another request opened: nothing to do
       if (now.dataset.deciding) return false;
-      return approveForm(now) || false;  // decided meanwhile: no approve form any more
+      return pick(now);
     }, submit);
   }
 
@@ -281,14 +288,10 @@
       if (button) button.focus();
       return;
     }
-    var id = card.dataset.requestId;
-    actOnCurrent(function () {
-      var now = currentCard(id);
-      if (!now) return detailLoading ? null : false;  // another request opened: nothing to do
-      if (now.dataset.deciding) return false;
+    submitOnCurrent(card, function (now) {
       var form = callsForm(now);  // decided meanwhile: none; changed meanwhile: not a's to send
       return form && callsState(form) === "approve all" ? form : false;
-    }, submit);
+    });
   }
 
   function submit(form) {
