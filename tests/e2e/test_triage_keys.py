@@ -561,12 +561,15 @@ def test_bulk_decline_of_all_requests_matching_a_search(app, api, contexts, shoo
     expect(count).to_have_text("All matching requests selected")
     upto = page.locator("#bulk-form input[name=upto]")
     drawn = int(upto.input_value())
+    moment = page.locator("#bulk-form input[name=drawn]")
+    chosen_at = moment.input_value()
 
     page.evaluate(REDRAW_LIST)  # nothing new: still chosen, for the same requests
     expect(page.locator("#request-list[data-e2e-old]")).to_have_count(0)
     expect(page.locator("#bulk-all")).to_be_checked()
     expect(count).to_have_text("All matching requests selected")
     assert int(upto.input_value()) == drawn
+    assert moment.input_value() == chosen_at  # as at the list it was chosen on
 
     _, late = halted_run(api, f"Refund order M-6, $6 (all {t} yes)")
     expect(row_of(page, late)).to_be_visible()
@@ -899,6 +902,22 @@ def test_a_on_a_multi_call_card_approves_every_call_unless_the_reviewer_chose(
     expect(card.locator("fieldset.call-decision")).to_have_count(2)
     blur(page)
     page.keyboard.press("a")
-    expect(card.locator('textarea[name="output.call_email"]')).to_be_focused()
+    result = card.locator('textarea[name="output.call_email"]')
+    expect(result).to_be_focused()
     expect(card.locator('[name="decision.call_email"][value="output"]')).to_be_checked()
+    # typed into: the form is the reviewer's now; a says to send it (no dead key)
+    page.keyboard.type("mailed by hand")
+    page.keyboard.press("Escape")
+    blur(page)
+    page.keyboard.press("a")
+    expect(page.locator("#toasts .keys-note")).to_contain_text("You changed this form")
+    expect(card.get_by_role("button", name=re.compile(r"^Submit decisions\b"))).to_be_focused()
+    expect(result).to_have_value("mailed by hand")
+    # a Decline the reviewer chose on that call stays chosen: a never picks the result over it
+    result.fill("")
+    card.locator('[name="decision.call_email"][value="decline"]').check()
+    blur(page)
+    page.keyboard.press("a")
+    expect(card.get_by_role("button", name=re.compile(r"^Submit decisions\b"))).to_be_focused()
+    expect(card.locator('[name="decision.call_email"][value="decline"]')).to_be_checked()
     assert state_of(typed_api, typed)["state"] == "pending"

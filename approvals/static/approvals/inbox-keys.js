@@ -256,18 +256,18 @@
   }
 
   // a on a multi-call card approves every call: it sends the form when each call is still
-  // set to "Approve" (the default where the host runs it) and nothing is typed in it. A call
-  // the host does not run needs its result: a goes there, as on a single call. A choice or
-  // text the reviewer put in the form is theirs to send: a says how, focuses the form's
-  // button, and sends nothing.
+  // set to "Approve" (the default where the host runs it) and nothing is typed in it. A choice
+  // or text the reviewer put in the form is theirs to send: a says how, focuses the form's
+  // button, and sends nothing. Else a call the host does not run needs its result: a goes
+  // there, as on a single call.
   function callsState(calls) {
-    var approves = $$("fieldset.call-decision", calls).map(function (box) {
-      return $('input[type=radio][value="approve"]', box);
-    });
-    if (approves.some(function (radio) { return !radio; })) return "needs a result";
     var typed = $$("input[name]:not([type=hidden]):not([type=radio]), textarea[name]", calls)
       .some(function (el) { return el.value.trim() !== ""; });
-    return typed || approves.some(function (radio) { return !radio.checked; }) ? "changed" : "approve all";
+    var moved = $$("input[type=radio]", calls).some(function (r) { return r.checked !== r.defaultChecked; });
+    if (typed || moved) return "changed";
+    var boxes = $$("fieldset.call-decision", calls);
+    return boxes.some(function (box) { return !$('input[type=radio][value="approve"]', box); })
+      ? "needs a result" : "approve all";
   }
 
   function approveCalls(card, calls) {
@@ -512,9 +512,8 @@
   // -- bulk selection ---------------------------------------------------------------------------
 
   // The filters "all matching" posts: the bulk form's hidden fields (the list's query), less
-  // `upto`, the newest request (pk) they matched when the list was drawn (uptoOf).
-  // The list's filters as its bulk bar posts them: not its cutoff (upto) nor the moment it
-  // was drawn (drawn), which a list drawn again with nothing new changes.
+  // `upto`, the newest request (pk) they matched when the list was drawn (uptoOf), and
+  // `drawn`, the moment it was drawn (drawnOf), which a list drawn again changes.
   function filtersOf(form) {
     var cut = { csrfmiddlewaretoken: 1, upto: 1, drawn: 1 };
     return form ? $$("input[type=hidden]", form).filter(function (i) { return !cut[i.name]; })
@@ -524,7 +523,11 @@
     var input = form && form.querySelector("input[type=hidden][name=upto]");
     return input && /^\d+$/.test(input.value) ? Number(input.value) : NaN;
   }
-  function allChoice(form) { return { filters: filtersOf(form), upto: uptoOf(form) }; }
+  function drawnInput(form) { return form && form.querySelector("input[type=hidden][name=drawn]"); }
+  function allChoice(form) {
+    var drawn = drawnInput(form);
+    return { filters: filtersOf(form), upto: uptoOf(form), drawn: drawn ? drawn.value : null };
+  }
   // The newest request (pk) the list shows: a live update puts a new one on top of the list
   // without drawing its bulk bar again, whose `upto` is then older than it.
   function newestShown() {
@@ -561,10 +564,16 @@
     // only while no request arrived that they match (a newer `upto`; a lower one: some were
     // decided or left the list). After one arrived the reviewer chooses it again, having seen
     // the list it now means: the server never decides past the `upto` the form posts.
+    // Chosen again, it keeps the moment of the list it was chosen on: what re-entered the
+    // filters since (a snooze or claim that lapsed) is not taken without the reviewer
+    // choosing again.
     if (all && allFor !== null && !all.checked) {
       var drawn = allChoice(form);
-      if (drawn.filters === allFor.filters && drawn.upto <= allFor.upto) all.checked = true;
-      else { grewFor = drawn.filters === allFor.filters ? drawn.filters : null; allFor = null; }
+      if (drawn.filters === allFor.filters && drawn.upto <= allFor.upto) {
+        all.checked = true;
+        var moment = drawnInput(form);
+        if (moment && allFor.drawn) moment.value = allFor.drawn;
+      } else { grewFor = drawn.filters === allFor.filters ? drawn.filters : null; allFor = null; }
     }
     // A request arrived live while "all matching" was checked (a row newer than the bar's
     // `upto`, and than what was on screen when it was checked): unchecked, and the list drawn
