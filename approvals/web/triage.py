@@ -374,7 +374,8 @@ def _bulk_ids(request: HttpRequest) -> tuple[list[str], int]:
         query = selectors.InboxQuery.from_params(request.POST)
         reads = {"user_id": request.user.pk, "hidden_agents": hidden_agents(request.user)}
         ids = selectors.request_ids_matching(query, limit=MAX_BULK, upto=upto, now=drawn, **reads)
-        return ids, selectors.count_matching_after(query, after=upto, cap=MAX_BULK, **reads)
+        newer = selectors.count_matching_after(query, after=upto, cap=MAX_BULK, now=drawn, **reads)
+        return ids, newer
     seen: dict[str, None] = {}
     for value in request.POST.getlist("ids"):
         value = value.strip()
