@@ -513,7 +513,7 @@
 
   // The filters "all matching" posts: the bulk form's hidden fields (the list's query), less
   // `upto`, the newest request (pk) they matched when the list was drawn (uptoOf), and
-  // `drawn`, the moment it was drawn (drawnOf), which a list drawn again changes.
+  // `drawn`, the moment it was drawn (drawnInput), which a list drawn again changes.
   function filtersOf(form) {
     var cut = { csrfmiddlewaretoken: 1, upto: 1, drawn: 1 };
     return form ? $$("input[type=hidden]", form).filter(function (i) { return !cut[i.name]; })
