@@ -568,8 +568,8 @@ def test_bulk_decline_of_all_requests_matching_a_search(app, api, contexts, shoo
     expect(page.locator("#request-list[data-e2e-old]")).to_have_count(0)
     expect(page.locator("#bulk-all")).to_be_checked()
     expect(count).to_have_text("All matching requests selected")
-    assert int(upto.input_value()) == drawn
-    assert moment.input_value() == chosen_at  # as at the list it was chosen on
+    expect(upto).to_have_value(str(drawn))
+    expect(moment).to_have_value(chosen_at)  # as at the list it was chosen on
 
     _, late = halted_run(api, f"Refund order M-6, $6 (all {t} yes)")
     expect(row_of(page, late)).to_be_visible()

@@ -893,6 +893,16 @@
     updateTitle();
   }
 
+  // A list drawn again (htmx's answer, a live snapshot): its bulk bar comes unchecked; the
+  // selection is put back as the swap happens, not at the settle after it, so the bar never
+  // posts a choice the reviewer made without it in between.
+  function listSwapped(e) {
+    var t = e.target;
+    if (t && t.querySelector && (t.id === "bulk-form" || t.querySelector("#bulk-form"))) syncSelection();
+  }
+  document.addEventListener("htmx:afterSwap", listSwapped);
+  document.addEventListener("htmx:oobAfterSwap", listSwapped);
+
   // A request opened (whoever opened it): the keys may act on it, the cursor follows it.
   document.addEventListener("htmx:afterSwap", function (e) {
     var t = e.detail && e.detail.target;
