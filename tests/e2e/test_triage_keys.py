@@ -102,6 +102,14 @@ def halted_many(api: httpx.Client, prompts: list[str]) -> list[str]:
     return [wait_run(api, run_id, "pending")["pending"]["request"]["id"] for run_id in run_ids]
 
 
+def halted_on(api: httpx.Client, agent: str, prompt: str) -> tuple[int, str]:
+    """A run of `agent` started through the API and halted: (run id, its request's id)."""
+    response = api.post("/api/runs", json={"agent": agent, "prompt": prompt})
+    assert response.status_code == 201, response.text
+    run_id = response.json()["id"]
+    return run_id, wait_run(api, run_id, "pending")["pending"]["request"]["id"]
+
+
 def open_triage(page: Page, app: App, query: str) -> None:
     page.goto(app.url(f"/?{query}"))
     expect(page.locator("#live[data-ws-open]")).to_have_count(1)
@@ -357,10 +365,7 @@ def test_r_returns_a_typed_result_where_the_agent_allows_one(typed_app, typed_ap
     t = tag()
 
     def halted(prompt: str) -> tuple[int, str]:
-        response = typed_api.post("/api/runs", json={"agent": "demo-typed", "prompt": prompt})
-        assert response.status_code == 201, response.text
-        run_id = response.json()["id"]
-        return run_id, wait_run(typed_api, run_id, "pending")["pending"]["request"]["id"]
+        return halted_on(typed_api, "demo-typed", prompt)
 
     run_id, request_id = halted(f"Refund order T-1, $5 (typed {t})")
     page = login(contexts(), typed_app, "reviewer")
@@ -414,12 +419,9 @@ def test_r_on_a_multi_call_card_with_no_typed_result_says_to_decide_each_call(
     result. The card decides each call in one form and has no approve form (a approves
     every call), so r says to choose each call's decision and names the form's button as shown."""
     t = tag()
-    response = typed_api.post(
-        "/api/runs",
-        json={"agent": "demo-exec", "prompt": f"Refund order E-1, $4 and email them (exec {t})"},
+    _, request_id = halted_on(
+        typed_api, "demo-exec", f"Refund order E-1, $4 and email them (exec {t})"
     )
-    assert response.status_code == 201, response.text
-    request_id = wait_run(typed_api, response.json()["id"], "pending")["pending"]["request"]["id"]
     page = login(contexts(), typed_app, "reviewer")
     open_triage(page, typed_app, f"q={t}&r={request_id}")
     card = detail_card(page, request_id)
@@ -851,16 +853,10 @@ def test_a_on_a_multi_call_card_approves_every_call_unless_the_reviewer_chose(
     call approved. On another such card where the reviewer chose Decline for one call, a
     sends nothing, says to press the form's button, and focuses it: the choice is theirs."""
     t = tag()
-    ids = []
-    for n in (1, 2):
-        response = typed_api.post(
-            "/api/runs",
-            json={"agent": "demo-exec", "prompt": f"Refund order E-{n}, $4 and email (both {t})"},
-        )
-        assert response.status_code == 201, response.text
-        run = wait_run(typed_api, response.json()["id"], "pending")
-        ids.append(run["pending"]["request"]["id"])
-    chosen, plain = ids
+    chosen, plain = (
+        halted_on(typed_api, "demo-exec", f"Refund order E-{n}, $4 and email (both {t})")[1]
+        for n in (1, 2)
+    )
     page = login(contexts(), typed_app, "reviewer")
 
     open_triage(page, typed_app, f"q={t}&r={chosen}")
@@ -891,12 +887,7 @@ def test_a_on_a_multi_call_card_approves_every_call_unless_the_reviewer_chose(
 
     # `demo-typed`'s two-call turn: the host does not run send_email, whose result the
     # reviewer types: a goes there (its "Return this result" chosen), as on a single call
-    response = typed_api.post(
-        "/api/runs",
-        json={"agent": "demo-typed", "prompt": f"Refund order E-3, $4 and email (both {t})"},
-    )
-    assert response.status_code == 201, response.text
-    typed = wait_run(typed_api, response.json()["id"], "pending")["pending"]["request"]["id"]
+    _, typed = halted_on(typed_api, "demo-typed", f"Refund order E-3, $4 and email (both {t})")
     open_triage(page, typed_app, f"q={t}&r={typed}")
     card = detail_card(page, typed)
     expect(card.locator("fieldset.call-decision")).to_have_count(2)
