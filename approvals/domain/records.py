@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -182,10 +183,10 @@ def record_decision(
     reason: str,
     *,
     resume: bool = True,
-) -> Run | None:
+) -> bool:
     """Write the decision on a locked pending request; with `resume`, put its run back in the
-    queue's state. Returns the run the caller must enqueue (in the same transaction), or
-    None when the run does not resume now."""
+    queue's state if it waits on this request. True when it did: the caller enqueues the run
+    (`row.run_id`) in the same transaction."""
     check_transition("request", row.state, new_state)
     old = row.state
     row.state = new_state
@@ -194,12 +195,7 @@ def record_decision(
     row.decided_by = user if getattr(user, "is_authenticated", False) else None
     row.decided_at = timezone.now()
     row.save(update_fields=["state", "answer", "reason", "decided_by", "decided_at"])
-    # Only what a status change touches: the transcript can be large and is not needed here.
-    run = (
-        Run.objects.select_for_update()
-        .only("id", "status", "version", "updated_at")
-        .get(pk=row.run_id)
-    )
+    run = Run(pk=row.run_id)  # the events' run: its row is written below, not read
     trail: list[Event] = []
     append_event(
         run,
@@ -213,21 +209,33 @@ def record_decision(
         answer=row.answer,
         model_reads=model_reads(row, answer, reason),
     )
-    # A failed run keeps its decided request: a retry applies it then.
-    resumed = resume and run.status == RunStatus.PENDING
+    # One conditional UPDATE takes the run's row lock and checks it still waits (a failed
+    # run keeps its decided request: a retry applies it then).
+    resumed = resume and _run_resume(row.run_id)
     if resumed:
-        set_run_status(
+        check_transition("run", RunStatus.PENDING, RunStatus.QUEUED)
+        append_event(
             run,
-            RunStatus.QUEUED,
+            "run_resumed",
             actor=user,
-            action="run_resumed",
+            from_state=RunStatus.PENDING,
+            to_state=RunStatus.QUEUED,
             into=trail,
             request_id=row.request_id,
         )
-        run.save(update_fields=["status", "version", "updated_at"])
     Event.objects.bulk_create(trail)
-    events.announce(run_id=run.pk, request_pk=row.pk, row=row)
-    return run if resumed else None
+    events.announce(run_id=row.run_id, request_pk=row.pk, row=row)
+    return resumed
+
+
+def _run_resume(run_id: int) -> bool:
+    """Pending -> queued, as `set_run_status` would write it, if the run is pending."""
+    return (
+        Run.objects.filter(pk=run_id, status=RunStatus.PENDING).update(
+            status=RunStatus.QUEUED, version=F("version") + 1, updated_at=timezone.now()
+        )
+        == 1
+    )
 
 
 def model_reads(row: ApprovalRequest, answer: Answer | None, reason: str) -> str:

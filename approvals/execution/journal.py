@@ -4,9 +4,10 @@ never run again after a crash, and one a worker died in is reported, not re-run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..models import RequestCall, ToolExecution
@@ -15,14 +16,21 @@ from ..models import RequestCall, ToolExecution
 def execution_begin(
     *, run_id: int, message_index: int, call_id: str, tool_name: str, input: dict[str, Any]
 ) -> ToolExecution | None:
-    """Record that a tool is about to run; returns the earlier record if there is one."""
-    with transaction.atomic():
-        key = {"run_id": run_id, "message_index": message_index, "call_id": call_id}
-        existing = ToolExecution.objects.select_for_update().filter(**key).first()
-        if existing is not None:
-            return existing
-        ToolExecution.objects.create(**key, tool_name=tool_name, input=input)
-    return None
+    """Record that a tool is about to run; returns the earlier record if there is one.
+
+    One INSERT, committed on its own outside a transaction: the key's unique constraint is
+    what keeps a second record out (a worker that finds one reads it instead)."""
+    key = {"run_id": run_id, "message_index": message_index, "call_id": call_id}
+    try:
+        # Inside a transaction, a savepoint keeps a conflict from breaking it.
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            ToolExecution.objects.create(**key, tool_name=tool_name, input=input)
+        return None
+    except IntegrityError:
+        earlier = ToolExecution.objects.filter(**key).first()
+        if earlier is None:
+            raise  # not the key's constraint (the run is gone)
+        return earlier
 
 
 def execution_finish(

@@ -41,7 +41,7 @@ def runs_recover_stale(*, now: datetime | None = None) -> int:
             run.worker_id = ""
             run.lease_expires_at = None
             run.save()
-            enqueue(run)
+            enqueue(run.pk)
             events.announce(run_id=run.pk, status_only=True)
             recovered += 1
     return recovered
@@ -56,8 +56,8 @@ def request_expire(*, request_id: str, user: Any = None) -> ApprovalRequest:
             decision=Decision.DECLINE, reason="expired", is_error=True
         )
         answer = answer_declined(row.request_id, "expired")
-        if (run := record_decision(row, user, State.EXPIRED, answer, "expired")) is not None:
-            enqueue(run)
+        if record_decision(row, user, State.EXPIRED, answer, "expired"):
+            enqueue(row.run_id)
     return row
 
 

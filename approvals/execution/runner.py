@@ -63,10 +63,10 @@ def execute_run(run_id: int) -> str:
     return drive(run_id)
 
 
-def enqueue(run: Run) -> None:
+def enqueue(run_id: int) -> None:
     """Queue the run's execution (call inside the transaction that made it runnable: the task
     row commits with it, or not at all)."""
-    execute_run.enqueue(run.pk)
+    execute_run.enqueue(run_id)
 
 
 def _claim_step(run_id: int) -> tuple[str, tuple[Run, ApprovalRequest | None] | None]:
@@ -131,7 +131,7 @@ def drive(run_id: int) -> str:
         return _settle_safely(run_id, worker_id, fail, "failed")
     _keep_field_order(result)
     write = lambda: store.run_store_result(  # noqa: E731
-        run_id=run_id,
+        run=run,
         worker_id=worker_id,
         result=result,
         applied_request_pk=step.applied_pk,
@@ -218,7 +218,7 @@ def run_requeue(*, run_id: int, worker_id: str, reason: str) -> None:
         run.worker_id = ""
         run.lease_expires_at = None
         run.save()
-        enqueue(run)
+        enqueue(run.pk)
         events.announce(run_id=run.pk, status_only=True)
 
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from toolnexus import Answer, RunResult
@@ -16,8 +17,8 @@ from toolnexus import Answer, RunResult
 from .. import events
 from ..conf import app_settings
 from ..domain.exceptions import LeaseLost
-from ..domain.records import append_event, create_request, set_run_status
-from ..models import ApprovalRequest, RequestCall, Run
+from ..domain.records import append_event, check_transition, create_request, set_run_status
+from ..models import ApprovalRequest, Event, RequestCall, Run
 from . import taskrow
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,9 @@ def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest
 
 def request_to_apply(run: Run) -> ApprovalRequest | None:
     """The decided request whose answer is not yet in the transcript, if any (its calls
-    prefetched)."""
+    prefetched). A run with no transcript yet never halted: nothing to read."""
+    if not run.messages:
+        return None
     return (
         run.requests.filter(applied_at__isnull=True)
         .exclude(state=ApprovalRequest.State.PENDING)
@@ -104,70 +107,109 @@ def run_checkpoint(
 ) -> None:
     """Store the transcript after a step and renew the worker's lease."""
     with transaction.atomic():
-        # The transcript is about to be replaced: no need to read the stored one.
-        run = locked_own_run(run_id, worker_id, only=("lease_expires_at", "updated_at"))
-        run.messages = messages
-        run.lease_expires_at = timezone.now() + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
-        run.save(update_fields=["messages", "lease_expires_at", "updated_at"])
+        _update_own_run(
+            run_id,
+            worker_id,
+            messages=messages,
+            lease_expires_at=timezone.now() + timedelta(seconds=app_settings.RUN_LEASE_SECONDS),
+        )
         if applied_request_pk is not None:
             _mark_applied(applied_request_pk)
 
 
-# What storing an outcome writes on the run row, and reads of it: the transcript is
-# replaced, not read; a new request's search text takes in the prompt, and its live push
-# names who started the run.
+def _update_own_run(run_id: int, holder: str, /, **fields: Any) -> None:
+    """Write `fields` (and `updated_at`, now unless given) on a run the worker `holder` still
+    holds, or raise LeaseLost: one conditional UPDATE, which takes the row's lock and checks
+    the holder in one statement."""
+    held = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, worker_id=holder)
+    if not held.update(**{"updated_at": timezone.now(), **fields}):
+        status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        raise LeaseLost(f"run {run_id} is no longer held by worker {holder} (status {status})")
+
+
+# What storing an outcome writes on the run row (besides its status, version and turns).
 _RESULT_WRITE = (
     "messages",
-    "status",
-    "turns",
     "usage",
     "text",
     "worker_id",
     "lease_expires_at",
     "finished_at",
-    "version",
     "updated_at",
 )
-_RESULT_READ = ("agent", "prompt", "started_by", *_RESULT_WRITE[2:])
 
 
 def run_store_result(
     *,
-    run_id: int,
+    run: Run,
     worker_id: str,
     result: RunResult,
     applied_request_pk: int | None = None,
 ) -> Run:
-    """Store what an execution ended with: done, incomplete, or halted on a new request."""
+    """Store what an execution ended with: done, incomplete, or halted on a new request.
+
+    `run` is the run as this worker claimed it. While a worker holds a run (status running,
+    its holder id, new at each claim), only that worker writes its transcript, text and
+    usage: the claim's copy of them is current, and the outcome is written without reading
+    the row again (counters are added to in the UPDATE itself). A worker that no longer
+    holds the run gets LeaseLost and writes nothing."""
+    halted = result.status == "pending" and result.pending is not None
+    status = (
+        RunStatus.PENDING
+        if halted
+        else RunStatus.INCOMPLETE
+        if result.status == "incomplete"
+        else RunStatus.DONE
+    )
+    check_transition("run", RunStatus.RUNNING, status)
     with transaction.atomic():
-        run = locked_own_run(run_id, worker_id, only=_RESULT_READ)
         run.messages = result.messages
         run.turns += result.turns
         run.usage = {k: run.usage.get(k, 0) + v for k, v in result.usage.items()}
         run.text = result.text if result.status != "pending" else run.text
         run.worker_id = ""
         run.lease_expires_at = None
+        run.updated_at = timezone.now()
+        if status != RunStatus.PENDING:
+            run.finished_at = run.updated_at
+        _update_own_run(
+            run.pk,
+            worker_id,
+            **{f: getattr(run, f) for f in _RESULT_WRITE},
+            turns=F("turns") + result.turns,
+            # What set_run_status below writes in memory, once the request it names exists.
+            status=status,
+            version=F("version") + 1,
+        )
+        run.status = RunStatus.RUNNING  # what the update found
         if applied_request_pk is not None:
             _mark_applied(applied_request_pk)
         request_pk, new_request = None, None
-        if result.status == "pending" and result.pending is not None:
+        if halted:
+            trail: list[Event] = []
             row = new_request = create_request(run, result.pending)
             request_pk = row.pk
             set_run_status(
                 run,
-                RunStatus.PENDING,
+                status,
                 action="run_halted",
+                into=trail,
                 request_id=row.request_id,
                 kind=row.kind,
             )
-            append_event(run, "request_created", request=row, to_state=row.state, prompt=row.prompt)
-        elif result.status == "incomplete":
-            set_run_status(run, RunStatus.INCOMPLETE, action="run_incomplete", limit=result.limit)
-            run.finished_at = timezone.now()
+            append_event(
+                run,
+                "request_created",
+                request=row,
+                to_state=row.state,
+                prompt=row.prompt,
+                into=trail,
+            )
+            Event.objects.bulk_create(trail)  # the halt's two events, in one INSERT
+        elif status == RunStatus.INCOMPLETE:
+            set_run_status(run, status, action="run_incomplete", limit=result.limit)
         else:
-            set_run_status(run, RunStatus.DONE, action="run_done", text=result.text[:500])
-            run.finished_at = timezone.now()
-        run.save(update_fields=_RESULT_WRITE)
+            set_run_status(run, status, action="run_done", text=result.text[:500])
         # The worker's task row ends with its run's outcome, not in a commit of its own.
         taskrow.finish_with_outcome(run_id=run.pk, return_value=result.status)
         events.announce(

@@ -44,9 +44,8 @@ DEFAULT_DECLINE = "declined"
 
 def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason: str) -> None:
     """Record the decision and queue the run's resume in the same transaction."""
-    run = record_decision(row, user, new_state, answer, reason)
-    if run is not None:
-        enqueue(run)
+    if record_decision(row, user, new_state, answer, reason):
+        enqueue(row.run_id)
 
 
 def lock_for_decision(user: Any, request_id: str, *, approving: bool) -> ApprovalRequest:

@@ -98,7 +98,7 @@ def run_start(
             started_by=started_by if getattr(started_by, "is_authenticated", False) else None,
         )
         append_event(run, "run_started", actor=started_by, to_state=run.status, agent=run.agent)
-        enqueue(run)
+        enqueue(run.pk)
         events.announce(run_id=run.pk)
     return run
 
@@ -120,7 +120,7 @@ def run_retry(*, run_id: int, user: Any) -> Run:
         run.error = ""
         run.finished_at = None
         run.save()
-        enqueue(run)
+        enqueue(run.pk)
         events.announce(run_id=run.pk)
     return run
 

@@ -80,22 +80,41 @@ def test_declining_through_the_api_stays_within_its_query_budget():
     assert body["decision"]["decided_by"] == user.username
     assert [c["decision"] for c in body["calls"]] == ["decline"]
     statements = _statements(ctx)
-    # token, permissions, lock request, lock calls, update call, update request, lock run,
-    # update run, one insert for both audit events, enqueue the resume (and NOTIFY the workers
-    # on PostgreSQL); the reply's calls are the ones just saved, not read again
-    budget = 11 if connection.vendor == "postgresql" else 10
+    # token, permissions, lock request, lock calls, update call, update request, queue the run
+    # (one conditional UPDATE; a locking read and an UPDATE before issue 15's fourth cut), one
+    # insert for both audit events, enqueue the resume (and NOTIFY the workers on
+    # PostgreSQL); the reply's calls are the ones just saved, not read again
+    budget = 10 if connection.vendor == "postgresql" else 9
     assert len(statements) <= budget, "\n".join(statements)
     assert sum(s.startswith('INSERT INTO "approvals_event"') for s in statements) == 1
 
 
-def test_the_run_lock_of_a_decision_does_not_read_the_transcript():
+def test_a_decision_queues_its_run_in_one_update_without_reading_it():
+    """The run's row is locked, checked and queued by one conditional UPDATE (before issue
+    15's fourth cut: a locking read of the row, then its UPDATE)."""
     user = make_user()
     run = start_and_halt(user=user)
     request_id = run.requests.get().request_id
     with CaptureQueriesContext(connection) as ctx:
         services.request_decline(request_id=request_id, user=user, reason="no")
-    run_reads = [s for s in _statements(ctx) if s.startswith("SELECT") and "approvals_run" in s]
-    assert run_reads and all('"messages"' not in s for s in run_reads), run_reads
+    statements = _statements(ctx)
+    assert not [s for s in statements if s.startswith("SELECT") and '"approvals_run"' in s]
+    (update,) = [s for s in statements if s.startswith('UPDATE "approvals_run"')]
+    assert '"messages"' not in update and "pending" in update
+    run.refresh_from_db()
+    assert run.status == "queued" and run.version == 3  # created 0, claimed 1, halted 2
+
+
+def test_a_runs_first_step_reads_no_request():
+    """A run with no transcript never halted, so its first step looks for no decided
+    request to apply."""
+    run = services.run_start(agent="demo", prompt="refund order A-1001", started_by=make_user())
+    with CaptureQueriesContext(connection) as ctx:
+        assert drain() == 1
+    run.refresh_from_db()
+    assert run.status == "pending"
+    reads = [s for s in _statements(ctx) if s.startswith("SELECT")]
+    assert not [s for s in reads if "approvals_approvalrequest" in s or "requestcall" in s]
 
 
 # -- the resume a decision causes ------------------------------------------------------------
@@ -182,8 +201,9 @@ def test_an_approved_relay_resume_stays_within_its_budget(refund_agent):
     # stored apart from the journal, the final reply checkpointed before the outcome), then
     # 20 and 9 (the answered turn checkpointed before the model call, the task row finished
     # in a commit of its own, the answer apart from the executor's result), then 18 and 6
-    # (the task row claimed in a transaction of its own).
-    assert len(statements) <= 18, "\n".join(statements)
+    # (the task row claimed in a transaction of its own), then 16 (the executor's journal entry
+    # one INSERT, the outcome one conditional UPDATE of the run without reading it first).
+    assert len(statements) <= 16, "\n".join(statements)
     if connection.vendor == "postgresql":
         assert transactions <= 5, (transactions, "\n".join(statements))
     assert sum('"messages"' in s and s.startswith("UPDATE") for s in statements) == 1
@@ -197,7 +217,7 @@ def test_a_declined_relay_resume_stays_within_its_budget(refund_agent):
         lambda rid, user: services.request_decline(request_id=rid, user=user, reason="no"),
     )
     # With drain()'s last, empty poll. Before issue 15's cuts: 18 statements, 9 transactions;
-    # then 15 and 6, then 13 and 4.
-    assert len(statements) <= 13, "\n".join(statements)
+    # then 15 and 6, then 13 and 4, then 12 and 3.
+    assert len(statements) <= 12, "\n".join(statements)
     if connection.vendor == "postgresql":
         assert transactions <= 3, (transactions, "\n".join(statements))
