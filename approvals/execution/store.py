@@ -88,9 +88,8 @@ def request_to_apply(run: Run) -> ApprovalRequest | None:
     )
 
 
-def locked_own_run(run_id: int, worker_id: str, *, only: tuple[str, ...] = ()) -> Run:
-    runs = Run.objects.select_for_update()
-    run = (runs.only("id", "status", "worker_id", *only) if only else runs).get(pk=run_id)
+def locked_own_run(run_id: int, worker_id: str) -> Run:
+    run = Run.objects.select_for_update().get(pk=run_id)
     if run.status != RunStatus.RUNNING or run.worker_id != worker_id:
         raise LeaseLost(
             f"run {run_id} is no longer held by worker {worker_id} (status {run.status})"
