@@ -213,13 +213,12 @@ def record_decision(
     # run keeps its decided request: a retry applies it then).
     resumed = resume and _run_resume(row.run_id)
     if resumed:
-        check_transition("run", RunStatus.PENDING, RunStatus.QUEUED)
-        append_event(
+        run.status = RunStatus.PENDING  # what the UPDATE found
+        set_run_status(
             run,
-            "run_resumed",
+            RunStatus.QUEUED,
             actor=user,
-            from_state=RunStatus.PENDING,
-            to_state=RunStatus.QUEUED,
+            action="run_resumed",
             into=trail,
             request_id=row.request_id,
         )

@@ -17,7 +17,7 @@ from toolnexus import Answer, RunResult
 from .. import events
 from ..conf import app_settings
 from ..domain.exceptions import LeaseLost
-from ..domain.records import append_event, check_transition, create_request, set_run_status
+from ..domain.records import append_event, create_request, set_run_status
 from ..models import ApprovalRequest, Event, RequestCall, Run
 from . import taskrow
 
@@ -160,7 +160,6 @@ def run_store_result(
         if result.status == "incomplete"
         else RunStatus.DONE
     )
-    check_transition("run", RunStatus.RUNNING, status)
     with transaction.atomic():
         run.messages = result.messages
         run.turns += result.turns
@@ -180,7 +179,6 @@ def run_store_result(
             status=status,
             version=F("version") + 1,
         )
-        run.status = RunStatus.RUNNING  # what the update found
         if applied_request_pk is not None:
             _mark_applied(applied_request_pk)
         request_pk, new_request = None, None
