@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -20,6 +19,7 @@ from toolnexus.relay import decline_text, relay_calls_of
 from .. import events
 from ..conf import app_settings
 from ..models import ApprovalRequest, Event, RequestCall, Run
+from . import statements
 from .exceptions import AlreadyDecided, InvalidTransition
 
 RunStatus = Run.Status
@@ -163,7 +163,10 @@ def create_request(run: Run, request: Request) -> ApprovalRequest:
 def lock_request(request_id: str) -> ApprovalRequest:
     """The request under a row lock, or DoesNotExist; AlreadyDecided if not pending."""
     # Lock the request row alone: a joined row read before the lock wait would be stale.
-    row = ApprovalRequest.objects.select_for_update().get(request_id=request_id)
+    found = statements.select(ApprovalRequest, {"request_id": request_id}, for_update=True)
+    if not found:
+        raise ApprovalRequest.DoesNotExist(f"no request {request_id!r}")
+    row = found[0]
     if row.state != State.PENDING:
         decided_by = row.decided_by  # read after the lock: the winner's commit is visible
         raise AlreadyDecided(
@@ -222,19 +225,20 @@ def record_decision(
             into=trail,
             request_id=row.request_id,
         )
-    Event.objects.bulk_create(trail)
+    statements.insert(trail)
     events.announce(run_id=row.run_id, request_pk=row.pk, row=row)
     return resumed
 
 
 def _run_resume(run_id: int) -> bool:
     """Pending -> queued, as `set_run_status` would write it, if the run is pending."""
-    return (
-        Run.objects.filter(pk=run_id, status=RunStatus.PENDING).update(
-            status=RunStatus.QUEUED, version=F("version") + 1, updated_at=timezone.now()
-        )
-        == 1
+    queued = statements.update(
+        Run,
+        {"pk": run_id, "status": RunStatus.PENDING},
+        {"status": RunStatus.QUEUED, "updated_at": timezone.now()},
+        add={"version": 1},
     )
+    return queued == 1
 
 
 def model_reads(row: ApprovalRequest, answer: Answer | None, reason: str) -> str:

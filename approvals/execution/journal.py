@@ -10,6 +10,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from ..domain import statements
 from ..models import RequestCall, ToolExecution
 
 
@@ -24,7 +25,7 @@ def execution_begin(
     try:
         # Inside a transaction, a savepoint keeps a conflict from breaking it.
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
-            ToolExecution.objects.create(**key, tool_name=tool_name, input=input)
+            statements.insert([ToolExecution(**key, tool_name=tool_name, input=input)])
         return None
     except IntegrityError:
         earlier = ToolExecution.objects.filter(**key).first()
@@ -46,16 +47,23 @@ def execution_finish(
     """Record a tool's result; `request_call_pk`: a decided relay call's row, which gets the
     result in the same transaction; `then`: a further write for that transaction (the
     relay answer built from this last result)."""
-    finish = ToolExecution.objects.filter(
-        run_id=run_id, message_index=message_index, call_id=call_id
-    )
+
+    def finish() -> None:
+        statements.update(
+            ToolExecution,
+            {"run_id": run_id, "message_index": message_index, "call_id": call_id},
+            {"output": output, "is_error": is_error, "finished_at": timezone.now()},
+        )
+
     if request_call_pk is None and then is None:
-        finish.update(output=output, is_error=is_error, finished_at=timezone.now())
+        finish()
         return
     with transaction.atomic():
-        finish.update(output=output, is_error=is_error, finished_at=timezone.now())
+        finish()
         if request_call_pk is not None:
-            RequestCall.objects.filter(pk=request_call_pk).update(output=output, is_error=is_error)
+            statements.update(
+                RequestCall, {"pk": request_call_pk}, {"output": output, "is_error": is_error}
+            )
         if then is not None:
             then()
 

@@ -227,7 +227,7 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
     if request.answer is not None:
         return Answer.from_dict(request.answer)
     message_index = _halted_message_index(run)
-    calls = list(request.calls.all())
+    calls = request.call_list()
     approved = [
         c for c in calls if c.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT)
     ]

@@ -9,13 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from toolnexus import Answer, RunResult
 
 from .. import events
 from ..conf import app_settings
+from ..domain import statements
 from ..domain.exceptions import LeaseLost
 from ..domain.records import append_event, create_request, set_run_status
 from ..models import ApprovalRequest, Event, RequestCall, Run
@@ -32,8 +32,8 @@ def run_claim(*, run_id: int, worker_id: str) -> Run | None:
     return claimed[0] if claimed is not None else None
 
 
-# What a claim writes on the run row (never the transcript, which it only reads).
-_CLAIM_FIELDS = ["status", "version", "worker_id", "lease_expires_at", "attempts", "error"]
+# What a takeover writes on the run row (never the transcript, which it only reads).
+_TAKEOVER_FIELDS = ["worker_id", "lease_expires_at", "attempts", "error"]
 
 
 def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest | None] | None:
@@ -42,50 +42,89 @@ def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest
     what a step starts from. None when the run is not this worker's to take. Inside another
     transaction (a worker's claim of the task row) it is part of that one: no savepoint."""
     now = timezone.now()
+    lease = now + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
     with transaction.atomic(savepoint=False):
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
-            return None
-        lapsed = (
-            run.status == RunStatus.RUNNING
-            and run.lease_expires_at is not None
-            and run.lease_expires_at < now
+        # A queued run, the common case: one conditional UPDATE claims it (queued -> running,
+        # the only way out of queued a worker takes) and reads it back.
+        run = statements.update(
+            Run,
+            {"pk": run_id, "status": RunStatus.QUEUED},
+            {
+                "status": RunStatus.RUNNING,
+                "worker_id": worker_id,
+                "lease_expires_at": lease,
+                "error": "",
+                "updated_at": now,
+            },
+            add={"attempts": 1, "version": 1},
+            returning=True,
         )
-        if run.status == RunStatus.QUEUED:
-            set_run_status(run, RunStatus.RUNNING, action="run_claimed", worker=worker_id)
-        elif lapsed:
+        if run is not None:
+            trail: list[Event] = []
             append_event(
                 run,
-                "run_taken_over",
-                from_state=run.status,
-                to_state=run.status,
+                "run_claimed",
+                from_state=RunStatus.QUEUED,
+                to_state=RunStatus.RUNNING,
                 worker=worker_id,
-                previous=run.worker_id,
+                into=trail,
             )
+            statements.insert(trail)
         else:
-            return None
-        run.worker_id = worker_id
-        run.lease_expires_at = now + timedelta(seconds=app_settings.RUN_LEASE_SECONDS)
-        run.attempts += 1
-        run.error = ""
-        run.save(update_fields=[*_CLAIM_FIELDS, "updated_at"])
+            run = _take_over(run_id, worker_id, now, lease)
+            if run is None:
+                return None
         request = request_to_apply(run)
         events.announce(run_id=run.pk, status_only=True)
     return run, request
 
 
+def _take_over(run_id: int, worker_id: str, now: Any, lease: Any) -> Run | None:
+    """A running run whose worker's lease lapsed, taken over by this worker (under its row
+    lock); None for any other run (held, finished, cancelled, gone)."""
+    run = Run.objects.select_for_update().filter(pk=run_id).first()
+    lapsed = (
+        run is not None
+        and run.status == RunStatus.RUNNING
+        and run.lease_expires_at is not None
+        and run.lease_expires_at < now
+    )
+    if not lapsed:
+        return None
+    append_event(
+        run,
+        "run_taken_over",
+        from_state=run.status,
+        to_state=run.status,
+        worker=worker_id,
+        previous=run.worker_id,
+    )
+    run.worker_id = worker_id
+    run.lease_expires_at = lease
+    run.attempts += 1
+    run.error = ""
+    run.save(update_fields=[*_TAKEOVER_FIELDS, "updated_at"])
+    return run
+
+
 def request_to_apply(run: Run) -> ApprovalRequest | None:
     """The decided request whose answer is not yet in the transcript, if any (its calls
-    prefetched). A run with no transcript yet never halted: nothing to read."""
+    read with it: `call_list()`). A run with no transcript yet never halted: nothing to read."""
     if not run.messages:
         return None
-    return (
-        run.requests.filter(applied_at__isnull=True)
-        .exclude(state=ApprovalRequest.State.PENDING)
-        .prefetch_related("calls")
-        .order_by("-created_at", "-id")
-        .first()
+    found = statements.select(
+        ApprovalRequest,
+        {"run_id": run.pk, "applied_at__isnull": True, "state__ne": ApprovalRequest.State.PENDING},
+        order_by=("-created_at", "-id"),
+        limit=1,
     )
+    if not found:
+        return None
+    request = found[0]
+    request.listed_calls = statements.select(
+        RequestCall, {"request_id": request.pk}, order_by=("position",)
+    )
+    return request
 
 
 def locked_own_run(run_id: int, worker_id: str) -> Run:
@@ -116,12 +155,14 @@ def run_checkpoint(
             _mark_applied(applied_request_pk)
 
 
-def _update_own_run(run_id: int, holder: str, /, **fields: Any) -> None:
-    """Write `fields` (and `updated_at`, now unless given) on a run the worker `holder` still
-    holds, or raise LeaseLost: one conditional UPDATE, which takes the row's lock and checks
-    the holder in one statement."""
-    held = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, worker_id=holder)
-    if not held.update(**{"updated_at": timezone.now(), **fields}):
+def _update_own_run(
+    run_id: int, holder: str, /, add: dict[str, int] | None = None, **fields: Any
+) -> None:
+    """Write `fields` (and `updated_at`, now unless given), and add `add` to counters, on a
+    run the worker `holder` still holds, or raise LeaseLost: one conditional UPDATE, which
+    takes the row's lock and checks the holder in one statement."""
+    held = {"pk": run_id, "status": RunStatus.RUNNING, "worker_id": holder}
+    if not statements.update(Run, held, {"updated_at": timezone.now(), **fields}, add=add):
         status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
         raise LeaseLost(f"run {run_id} is no longer held by worker {holder} (status {status})")
 
@@ -174,10 +215,9 @@ def run_store_result(
             run.pk,
             worker_id,
             **{f: getattr(run, f) for f in _RESULT_WRITE},
-            turns=F("turns") + result.turns,
             # What set_run_status below writes in memory, once the request it names exists.
             status=status,
-            version=F("version") + 1,
+            add={"turns": result.turns, "version": 1},
         )
         if applied_request_pk is not None:
             _mark_applied(applied_request_pk)
@@ -202,7 +242,7 @@ def run_store_result(
                 prompt=row.prompt,
                 into=trail,
             )
-            Event.objects.bulk_create(trail)  # the halt's two events, in one INSERT
+            statements.insert(trail)  # the halt's two events, in one INSERT
         elif status == RunStatus.INCOMPLETE:
             set_run_status(run, status, action="run_incomplete", limit=result.limit)
         else:
@@ -217,8 +257,10 @@ def run_store_result(
 
 def _mark_applied(request_pk: int) -> None:
     """The request's answer is in the transcript now (one UPDATE, a no-op the second time)."""
-    ApprovalRequest.objects.filter(pk=request_pk, applied_at__isnull=True).update(
-        applied_at=timezone.now()
+    statements.update(
+        ApprovalRequest,
+        {"pk": request_pk, "applied_at__isnull": True},
+        {"applied_at": timezone.now()},
     )
 
 
@@ -305,10 +347,10 @@ def runs_renew_leases(*, worker_prefix: str) -> int:
 def request_store_answer(*, request_pk: int, answer: Answer) -> None:
     """The worker built a relay answer from executor results: keep it with the decision
     (one conditional UPDATE: an answer stored before is kept)."""
-    ApprovalRequest.objects.filter(pk=request_pk, answer__isnull=True).update(
-        answer=answer.to_dict()
+    statements.update(
+        ApprovalRequest, {"pk": request_pk, "answer__isnull": True}, {"answer": answer.to_dict()}
     )
 
 
 def request_call_store_output(*, call_pk: int, output: str, is_error: bool) -> None:
-    RequestCall.objects.filter(pk=call_pk).update(output=output, is_error=is_error)
+    statements.update(RequestCall, {"pk": call_pk}, {"output": output, "is_error": is_error})

@@ -30,6 +30,8 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
+from ..domain import statements
+
 log = logging.getLogger(__name__)
 
 _current = threading.local()
@@ -159,12 +161,16 @@ def finish_with_outcome(*, run_id: int, return_value: Any) -> None:
     ):
         return
     at = timezone.now()
-    DBTaskResult.objects.filter(pk=row.pk, status=TaskResultStatus.RUNNING).update(
-        status=TaskResultStatus.SUCCESSFUL,
-        finished_at=at,
-        return_value=return_value,
-        exception_class_path="",
-        traceback="",
+    statements.update(
+        DBTaskResult,
+        {"pk": row.pk, "status": TaskResultStatus.RUNNING},
+        {
+            "status": TaskResultStatus.SUCCESSFUL,
+            "finished_at": at,
+            "return_value": return_value,
+            "exception_class_path": "",
+            "traceback": "",
+        },
     )
 
     def committed() -> None:

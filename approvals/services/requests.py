@@ -23,6 +23,7 @@ from toolnexus.mcp import ELICITATION_KIND, elicitation_errors
 from toolnexus.relay import RelayResult, answer_declined, decline_text, relay_answer
 
 from .. import agents
+from ..domain import statements
 from ..domain.arguments import (
     clean_output,
     clean_reason,
@@ -46,6 +47,23 @@ def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason
     """Record the decision and queue the run's resume in the same transaction."""
     if record_decision(row, user, new_state, answer, reason):
         enqueue(row.run_id)
+
+
+def _locked_calls(row: ApprovalRequest) -> list[RequestCall]:
+    """The request's calls by position, locked for the decision."""
+    return statements.select(
+        RequestCall, {"request_id": row.pk}, order_by=("position",), for_update=True
+    )
+
+
+# What a decision writes on a call's row.
+_DECIDED_CALL_FIELDS = ("decision", "reason", "edited_input", "output", "is_error")
+
+
+def _save_decided_call(call: RequestCall) -> None:
+    statements.update(
+        RequestCall, {"pk": call.pk}, {f: getattr(call, f) for f in _DECIDED_CALL_FIELDS}
+    )
 
 
 def lock_for_decision(user: Any, request_id: str, *, approving: bool) -> ApprovalRequest:
@@ -196,7 +214,7 @@ def _decide_relay_calls(
     `fields` names each call's place in the caller's input for error messages (the API's
     `calls.<id>`, an Answer's `data.results[i]`); without it, `calls.<id>`.
     """
-    call_rows = list(row.calls.select_for_update().order_by("position"))
+    call_rows = _locked_calls(row)
     if not call_rows:
         raise InvalidInput("this relay request carries no calls")
     if calls is not None and not isinstance(calls, Mapping):
@@ -260,7 +278,7 @@ def _decide_relay_calls(
                 call.decision = Decision.APPROVE
         else:
             raise InvalidInput(f"{prefix}decision: must be approve, output or decline")
-        call.save()
+        _save_decided_call(call)
     row.listed_calls = call_rows  # as saved: the reply shows them without reading them again
     if all(c.decision == Decision.DECLINE for c in call_rows):
         reasons = sorted({c.reason for c in call_rows})
@@ -393,11 +411,11 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
     reason = clean_reason(reason)
     with transaction.atomic():
         row = lock_for_decision(user, request_id, approving=False)
-        calls = list(row.calls.select_for_update())
+        calls = _locked_calls(row)
         for call in calls:
             call.decision, call.reason = Decision.DECLINE, reason
             call.output, call.is_error = decline_text(call.tool_name, reason), True
-            call.save(update_fields=["decision", "reason", "output", "is_error"])
+            _save_decided_call(call)
         row.listed_calls = calls  # as saved: the reply shows them without reading them again
         told = DEFAULT_DECLINE if row.kind == ELICITATION_KIND else reason
         _decide(row, user, State.DECLINED, answer_declined(row.request_id, told), reason)
