@@ -1,6 +1,7 @@
-"""What one statement of the decision path costs the process: Django's ORM against the same
-statement written by hand and sent through the connection's cursor, alternating, in one
-process.
+"""What one statement of the decision path costs the process: Django's ORM, the app's own
+statements module (approvals.domain.statements: each shape built once, values prepared by
+their fields, rows read into model instances) and the same statement written by hand and sent
+through the connection's cursor, alternating, in one process.
 
     python bench/statement_cost.py [--n 300] [--rounds 5]
 
@@ -12,7 +13,7 @@ without running it. Each line: CPU ms per statement of this process (thread time
 ms, the median over rounds; the ORM's ratio to the hand-written statement. PostgreSQL's own
 CPU is not in it. The forms differ a little: the ORM's reads add `ORDER BY "id" LIMIT 1`,
 its INSERT names every column and serializes the JSON itself; the cursor form builds no
-model instance from a row.
+model instance from a row (the module's builds one, as the ORM's does).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def measure(db: str, args: argparse.Namespace) -> int:
     from django.utils import timezone
 
     from approvals import services
+    from approvals.domain import statements
     from approvals.execution.worker import Worker
     from approvals.models import Event, Run
 
@@ -92,54 +94,73 @@ def measure(db: str, args: argparse.Namespace) -> int:
             cur.execute(sql, params)
             return cur.fetchall() if fetch else cur.rowcount
 
-    # Each shape: (name, ORM form, the same statement through the cursor).
-    shapes = [
+    # Each shape: (name, {form: the statement in that form}); a form a shape lacks is left out.
+    shapes: list[tuple[str, dict[str, Any]]] = [
         (
             "a run's row, whole",
-            lambda: Run.objects.filter(pk=pk).first(),
-            lambda: raw(f'SELECT {columns} FROM "approvals_run" WHERE "id" = %s', [pk]),
+            {
+                "orm": lambda: Run.objects.filter(pk=pk).first(),
+                "module": lambda: statements.select(Run, {"pk": pk}),
+                "raw": lambda: raw(f'SELECT {columns} FROM "approvals_run" WHERE "id" = %s', [pk]),
+            },
         ),
         (
             "a run's row, two columns",
-            lambda: Run.objects.filter(pk=pk).values_list("status", "version").first(),
-            lambda: raw('SELECT "status", "version" FROM "approvals_run" WHERE "id" = %s', [pk]),
+            {
+                "orm": lambda: Run.objects.filter(pk=pk).values_list("status", "version").first(),
+                "raw": lambda: raw(
+                    'SELECT "status", "version" FROM "approvals_run" WHERE "id" = %s', [pk]
+                ),
+            },
         ),
         (
             "conditional UPDATE of a run (no match)",
-            lambda: Run.objects.filter(pk=pk, status="done").update(
-                status="queued", version=F("version") + 1, updated_at=timezone.now()
-            ),
-            lambda: raw(
-                'UPDATE "approvals_run" SET "status" = %s, "version" = "version" + 1,'
-                ' "updated_at" = %s WHERE "id" = %s AND "status" = %s',
-                ["queued", timezone.now(), pk, "done"],
-                fetch=False,
-            ),
+            {
+                "orm": lambda: Run.objects.filter(pk=pk, status="done").update(
+                    status="queued", version=F("version") + 1, updated_at=timezone.now()
+                ),
+                "module": lambda: statements.update(
+                    Run,
+                    {"pk": pk, "status": "done"},
+                    {"status": "queued", "updated_at": timezone.now()},
+                    add={"version": 1},
+                ),
+                "raw": lambda: raw(
+                    'UPDATE "approvals_run" SET "status" = %s, "updated_at" = %s,'
+                    ' "version" = "version" + %s WHERE "id" = %s AND "status" = %s',
+                    ["queued", timezone.now(), 1, pk, "done"],
+                    fetch=False,
+                ),
+            },
         ),
         (
             "append an audit event",
-            lambda: Event.objects.create(run_id=pk, action="bench", detail={"n": 1}),
-            lambda: raw(
-                'INSERT INTO "approvals_event" ("run_id", "action", "from_state", "to_state",'
-                ' "detail", "created_at") VALUES (%s, %s, %s, %s, %s::jsonb, %s)'
-                ' RETURNING "id"',
-                [pk, "bench", "", "", '{"n": 1}', timezone.now()],
-            ),
+            {
+                "orm": lambda: Event.objects.create(run_id=pk, action="bench", detail={"n": 1}),
+                "module": lambda: statements.insert(
+                    [Event(run_id=pk, action="bench", detail={"n": 1})]
+                ),
+                "raw": lambda: raw(
+                    'INSERT INTO "approvals_event" ("run_id", "action", "from_state", "to_state",'
+                    ' "detail", "created_at") VALUES (%s, %s, %s, %s, %s::jsonb, %s)'
+                    ' RETURNING "id"',
+                    [pk, "bench", "", "", '{"n": 1}', timezone.now()],
+                ),
+            },
         ),
         (
             "compile a run's read (no statement)",
-            lambda: Run.objects.filter(pk=pk).query.sql_with_params(),
-            lambda: None,
+            {"orm": lambda: Run.objects.filter(pk=pk).query.sql_with_params()},
         ),
     ]
     n = args.n
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for fn in [f for _, orm, rawf in shapes for f in (orm, rawf)]:  # warm-up
+    for fn in [f for _, forms in shapes for f in forms.values()]:  # warm-up
         for _ in range(20):
             fn()
     for r in range(args.rounds):
-        for name, orm, rawf in shapes:
-            order = [("orm", orm), ("raw", rawf)]
+        for name, forms in shapes:
+            order = list(forms.items())
             for form, fn in order if r % 2 == 0 else order[::-1]:
                 c0, w0 = time.thread_time(), time.perf_counter()
                 for _ in range(n):
@@ -148,8 +169,15 @@ def measure(db: str, args: argparse.Namespace) -> int:
                 wall = (time.perf_counter() - w0) * 1000 / n
                 results.setdefault((name, form), []).append((cpu, wall))
 
-    def med(name: str, form: str, i: int) -> float:
-        return statistics.median(x[i] for x in results[(name, form)])
+    def med(name: str, form: str, i: int) -> float | None:
+        rows = results.get((name, form))
+        return statistics.median(x[i] for x in rows) if rows else None
+
+    def cell(x: float | None, width: int) -> str:
+        return f"{x:{width}.3f}" if x is not None else " " * (width - 1) + "-"
+
+    def times(x: float | None, y: float | None) -> str:
+        return f"{x / y:5.1f}x" if x is not None and y else "     -"
 
     print(
         f"statement cost, N = {n} per shape and round, {args.rounds} alternating rounds,"
@@ -157,14 +185,19 @@ def measure(db: str, args: argparse.Namespace) -> int:
         f" server-side binding {'on' if connection.settings_dict['OPTIONS'].get('server_side_binding') else 'off'}"
     )
     print(
-        f"{'statement':40s} {'ORM cpu':>8s} {'raw cpu':>8s} {'ratio':>6s} {'ORM wall':>9s} {'raw wall':>9s}"
+        f"{'statement':40s} {'ORM cpu':>8s} {'module':>8s} {'raw cpu':>8s} {'ORM/raw':>7s}"
+        f" {'mod/raw':>7s} {'ORM wall':>9s} {'mod wall':>9s} {'raw wall':>9s}"
     )
-    for name, _, _ in shapes:
-        oc, rc = med(name, "orm", 0), med(name, "raw", 0)
-        ow, rw = med(name, "orm", 1), med(name, "raw", 1)
-        ratio = f"{oc / rc:5.1f}x" if rc > 0.01 else "    -"
-        print(f"{name:40s} {oc:8.3f} {rc:8.3f} {ratio:>6s} {ow:9.3f} {rw:9.3f}")
-    print("(ms per statement; cpu: this process's thread time)")
+    for name, _ in shapes:
+        oc, mc, rc = (med(name, form, 0) for form in ("orm", "module", "raw"))
+        ow, mw, rw = (med(name, form, 1) for form in ("orm", "module", "raw"))
+        print(
+            f"{name:40s} {cell(oc, 8)} {cell(mc, 8)} {cell(rc, 8)} {times(oc, rc):>7s}"
+            f" {times(mc, rc):>7s} {cell(ow, 9)} {cell(mw, 9)} {cell(rw, 9)}"
+        )
+    print(
+        "(ms per statement; cpu: this process's thread time; module: approvals.domain.statements)"
+    )
     return 0
 
 

@@ -119,7 +119,7 @@ def _expiry_of(request: Request) -> datetime | None:
 
 def create_request(run: Run, request: Request) -> ApprovalRequest:
     data = request.data or None
-    row = ApprovalRequest.objects.create(
+    row = ApprovalRequest(
         run=run,
         agent=run.agent,
         request_id=request.id,
@@ -129,6 +129,8 @@ def create_request(run: Run, request: Request) -> ApprovalRequest:
         data=data,
         expires_at=_expiry_of(request),
     )
+    row.search_text = row.build_search_text()  # what ApprovalRequest.save adds to a new row
+    statements.insert([row], keys=True)
     if request.kind == "tool_call":
         calls = [
             RequestCall(
@@ -156,7 +158,7 @@ def create_request(run: Run, request: Request) -> ApprovalRequest:
         ]
     else:
         calls = []
-    RequestCall.objects.bulk_create(calls)
+    statements.insert(calls, keys=True)
     return row
 
 

@@ -85,16 +85,17 @@ def update(
     return _instance(model, alias, shape.read, row, connection) if row is not None else None
 
 
-def insert(rows: Iterable[Model]) -> None:
-    """INSERT unsaved instances of one model in one statement (their keys are not read
-    back: for rows nothing refers to by key in the same transaction, like audit events)."""
+def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
+    """INSERT unsaved instances of one model in one statement, their `pre_save` values
+    (auto_now_add) included. With `keys`, each row gets its new primary key and counts as
+    saved (as `bulk_create` reads them back); without, keys are not read (audit events)."""
     rows = list(rows)
     if not rows:
         return
     model = type(rows[0])
     alias = router.db_for_write(model)
     connection = connections[alias]
-    shape = _insert_sql(model, alias, connection.vendor, len(rows))
+    shape = _insert_sql(model, alias, connection.vendor, len(rows), keys)
     params = [
         field.get_db_prep_save(field.pre_save(row, add=True), connection)
         for row in rows
@@ -102,6 +103,14 @@ def insert(rows: Iterable[Model]) -> None:
     ]
     with connection.cursor() as cursor:
         cursor.execute(shape.sql, params)
+        if not keys:
+            return
+        # In the order of the VALUES, as PostgreSQL and SQLite return them (bulk_create
+        # relies on the same).
+        created = cursor.fetchall()
+    for row, (key,) in zip(rows, created, strict=True):
+        row.pk = key
+        row._state.adding, row._state.db = False, alias
 
 
 # -- shapes, built once per database -----------------------------------------------------------
@@ -226,12 +235,15 @@ def _update_sql(
 
 
 @lru_cache(maxsize=64)
-def _insert_sql(model: type[Model], alias: str, vendor: str, count: int) -> _Shape:
+def _insert_sql(model: type[Model], alias: str, vendor: str, count: int, keys: bool) -> _Shape:
     write = [f for f in model._meta.concrete_fields if not f.primary_key]
     table = _quote(alias, model._meta.db_table)
     columns = ", ".join(_quote(alias, f.column) for f in write)
     one = "(" + ", ".join(["%s"] * len(write)) + ")"
-    return _Shape(f"INSERT INTO {table} ({columns}) VALUES {', '.join([one] * count)}", write=write)
+    sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([one] * count)}"
+    if keys:
+        sql += f" RETURNING {_quote(alias, model._meta.pk.column)}"
+    return _Shape(sql, write=write)
 
 
 @lru_cache(maxsize=64)

@@ -16,11 +16,12 @@ from toolnexus.relay import answer_declined
 
 from .. import agents, events
 from ..conf import app_settings
+from ..domain import statements
 from ..domain.exceptions import InvalidInput, InvalidTransition, ServiceError
 from ..domain.records import append_event, record_decision, set_run_status
 from ..execution.elicitations import enqueue_tell
 from ..execution.runner import enqueue
-from ..models import ApprovalRequest, Run
+from ..models import ApprovalRequest, Event, Run
 from ..permissions import (
     DECIDE_PERMISSION,
     START_PERMISSION,
@@ -91,13 +92,23 @@ def run_start(
     if rate_limited:
         check_start_rate(started_by)
     with transaction.atomic():
-        run = Run.objects.create(
+        run = Run(
             agent=registered.name,
             prompt=prompt,
             system_prompt=registered.system_prompt,
             started_by=started_by if getattr(started_by, "is_authenticated", False) else None,
         )
-        append_event(run, "run_started", actor=started_by, to_state=run.status, agent=run.agent)
+        statements.insert([run], keys=True)
+        trail: list[Event] = []
+        append_event(
+            run,
+            "run_started",
+            actor=started_by,
+            to_state=run.status,
+            into=trail,
+            agent=run.agent,
+        )
+        statements.insert(trail)
         enqueue(run.pk)
         events.announce(run_id=run.pk)
     return run

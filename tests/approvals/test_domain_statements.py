@@ -159,3 +159,19 @@ def test_an_insert_that_breaks_a_unique_key_raises_djangos_integrity_error():
 def test_an_unknown_condition_is_refused():
     with pytest.raises(ValueError, match="unsupported condition"):
         statements.update(Run, {"status__in": ["queued"]}, {"error": ""})
+
+
+def test_an_insert_with_keys_gives_each_row_its_new_key_in_order():
+    run = _run()
+    row = ApprovalRequest(run=run, agent="demo", request_id="r", kind="tool_call")
+    statements.insert([row], keys=True)
+    assert row.pk is not None and not row._state.adding
+    calls = [
+        RequestCall(request=row, position=i, call_id=f"c{i}", tool_name="t") for i in range(3)
+    ]
+    statements.insert(calls, keys=True)
+    stored = dict(RequestCall.objects.filter(request=row).values_list("call_id", "pk"))
+    assert {c.call_id: c.pk for c in calls} == stored
+    calls[1].output = "changed"
+    calls[1].save(update_fields=["output"])  # a saved instance: an UPDATE of its own row
+    assert RequestCall.objects.get(pk=calls[1].pk).output == "changed"
