@@ -14,6 +14,8 @@ each missing or misplaced piece with an id and a hint that shows what to write:
 - approvals.E007  a triage setting out of its range (TOOLNEXUS_CLAIM_MINUTES,
                   TOOLNEXUS_INBOX_COUNT_CAP, TOOLNEXUS_LIVE_CHIP_SECONDS): said at start, not
                   as a failing page later (a claim lasting past year 1 overflows the date)
+- approvals.E008  a database that cannot return a statement's rows (`RETURNING`: SQLite
+                  before 3.35), which the decision path's statements read back
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.db import connections
 from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
@@ -187,6 +190,24 @@ def check_triage_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     return errors
 
 
+def check_databases(**kwargs: Any) -> list[checks.CheckMessage]:
+    """The decision path claims a run and inserts rows with `RETURNING` (domain.statements)."""
+    errors = []
+    for alias in connections:
+        connection = connections[alias]  # its features need no connection to the server
+        if connection.features.can_return_columns_from_insert:
+            continue
+        errors.append(
+            checks.Error(
+                f"Database {alias!r} ({connection.vendor}) cannot return the rows a statement"
+                " changed (RETURNING), which the app's decision path reads back.",
+                hint="Use SQLite 3.35 or newer (Python's sqlite3 module links it), or PostgreSQL.",
+                id="approvals.E008",
+            )
+        )
+    return errors
+
+
 SETTINGS_CHECKS = [
     check_middleware,
     check_task_backend,
@@ -194,6 +215,7 @@ SETTINGS_CHECKS = [
     check_channel_layer,
     check_app_order,
     check_triage_settings,
+    check_databases,
 ]
 
 

@@ -2,16 +2,19 @@
 
 The ORM builds and compiles a statement every time it runs one; for the short statements a
 decision and a resume are made of, that costs several times what the database takes to run
-them (bench/statement_cost.py: 0.6 to 1.0 ms of CPU per statement, against 0.15 to 0.2 ms
-for the same SQL through the cursor). The shapes here are few and run for every decision,
-so each is built from the models' metadata (table and column names) once per database and
-shape, and cached; each value still goes through its field's own preparation
-(`get_db_prep_save` / `get_db_prep_value`), so JSON, datetimes and booleans are stored
-exactly as the ORM stores them, and rows read back go through the fields' converters into
-model instances (`Model.from_db`).
+them (bench/statement_cost.py). The shapes here are few and run for every decision, so each
+is built from the models' metadata (table and column names) once per database and shape,
+and cached; each value still goes through its field's own preparation (`get_db_prep_save` /
+`get_db_prep_value`), so JSON, datetimes and booleans are stored exactly as the ORM stores
+them, and rows read back go through the fields' converters into model instances
+(`Model.from_db`).
 
-Conditions are equalities, `<field>__ne` (not equal) and `<field>__isnull`. These
-statements send no model signals (as `QuerySet.update` and `bulk_create` send none).
+Conditions are equalities (never with None: say `<field>__isnull`), `<field>__ne` (SQL `<>`,
+which, unlike `exclude()`, never matches a NULL) and `<field>__isnull`. Values are plain
+values, not expressions: counters are added with `add`. These statements send no model
+signals (as `QuerySet.update` and `bulk_create` send none), so the `save()` calls they
+replaced on the decision path no longer send `pre_save`/`post_save` for those rows.
+`UPDATE ... RETURNING` and `INSERT ... RETURNING` need SQLite 3.35 or newer (check E008).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 
 from django.db import connections, router
 from django.db.models import Field, Model
+from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
 
@@ -37,9 +41,12 @@ def select(
     for_update: bool = False,
 ) -> list[M]:
     """Whole rows of `model` meeting `where`, as instances (`order_by`: field names, `-` for
-    descending; `for_update`: lock them where the database can)."""
+    descending; `for_update`: lock them until the transaction ends, where the database can;
+    as with the ORM, only inside a transaction)."""
     alias = router.db_for_read(model) if not for_update else router.db_for_write(model)
     connection = connections[alias]
+    if for_update and connection.get_autocommit():
+        raise TransactionManagementError("select(for_update=True) outside of a transaction")
     shape = _select_sql(
         model, alias, connection.vendor, _shape_keys(where), tuple(order_by), limit, for_update
     )
@@ -60,6 +67,8 @@ def update(
     """UPDATE the rows of `model` meeting `where`: set `values`, add `add` to counters (in
     the statement itself). How many rows changed; with `returning`, the first changed row
     as it is now (an instance) or None."""
+    if not values and not add:
+        raise ValueError("update() with nothing to set")
     alias = router.db_for_write(model)
     connection = connections[alias]
     shape = _update_sql(
@@ -72,7 +81,7 @@ def update(
         returning,
     )
     params = [
-        field.get_db_prep_save(values[name], connection)
+        field.get_db_prep_save(_plain(name, values[name]), connection)
         for name, field in zip(values, shape.write, strict=True)
     ]
     params += [int(n) for n in (add or {}).values()]
@@ -87,17 +96,20 @@ def update(
 
 def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
     """INSERT unsaved instances of one model in one statement, their `pre_save` values
-    (auto_now_add) included. With `keys`, each row gets its new primary key and counts as
-    saved (as `bulk_create` reads them back); without, keys are not read (audit events)."""
+    (auto_now_add) included; an auto-generated key is left to the database. With `keys`,
+    each row gets its new key and counts as saved (as `bulk_create` reads them back);
+    without, keys are not read (audit events)."""
     rows = list(rows)
     if not rows:
         return
     model = type(rows[0])
+    if any(type(row) is not model for row in rows):
+        raise ValueError("insert() takes rows of one model")
     alias = router.db_for_write(model)
     connection = connections[alias]
     shape = _insert_sql(model, alias, connection.vendor, len(rows), keys)
     params = [
-        field.get_db_prep_save(field.pre_save(row, add=True), connection)
+        field.get_db_prep_save(_plain(field.name, field.pre_save(row, add=True)), connection)
         for row in rows
         for field in shape.write
     ]
@@ -105,8 +117,8 @@ def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
         cursor.execute(shape.sql, params)
         if not keys:
             return
-        # In the order of the VALUES, as PostgreSQL and SQLite return them (bulk_create
-        # relies on the same).
+        # In the order of the VALUES: what PostgreSQL and SQLite do in practice, which
+        # bulk_create relies on too.
         created = cursor.fetchall()
     for row, (key,) in zip(rows, created, strict=True):
         row.pk = key
@@ -118,19 +130,25 @@ def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
 
 class _Shape:
     """A statement's SQL, the fields its values are prepared by (set, then condition), and
-    the fields of the columns it reads back (with their converters, per database)."""
+    the fields of the columns it reads back."""
 
     def __init__(
         self,
         sql: str,
         write: Sequence[Field] = (),
-        conditions: Sequence[tuple[str, Field, str]] = (),
-        read: tuple[Any, ...] = (),
+        conditions: Sequence[tuple[str, Field]] = (),
+        read: tuple[Field, ...] = (),
     ) -> None:
         self.sql = sql
         self.write = tuple(write)
-        self.conditions = tuple(conditions)  # (key in `where`, field, operator)
+        self.conditions = tuple(conditions)  # (key in `where`, field): one parameter each
         self.read = read
+
+
+def _plain(name: str, value: Any) -> Any:
+    if hasattr(value, "resolve_expression"):
+        raise TypeError(f"{name}: an expression; statements take values (counters: add=)")
+    return value
 
 
 def _field(model: type[Model], name: str) -> Field:
@@ -145,7 +163,7 @@ def _quote(alias: str, name: str) -> str:
 
 def _where_clause(
     model: type[Model], alias: str, keys: Sequence[str]
-) -> tuple[str, list[tuple[str, Field, str]]]:
+) -> tuple[str, list[tuple[str, Field]]]:
     parts, conditions = [], []
     for key in keys:
         name, _, op = key.partition("__")
@@ -156,16 +174,19 @@ def _where_clause(
             continue
         if op not in _OPERATORS:
             raise ValueError(f"unsupported condition {key!r}")
-        conditions.append((key, field, op))
+        conditions.append((key, field))
         parts.append(f"{column} {_OPERATORS[op]}")
     return " AND ".join(parts) or "1 = 1", conditions
 
 
 def _where_params(shape: _Shape, where: Mapping[str, Any], connection: Any) -> list[Any]:
-    return [
-        field.get_db_prep_value(where[key], connection, prepared=False)
-        for key, field, _ in shape.conditions
-    ]
+    params = []
+    for key, field in shape.conditions:
+        value = where[key]
+        if value is None:  # `= NULL` matches nothing, where the ORM's `f=None` is IS NULL
+            raise ValueError(f"{key}: None; say {key.partition('__')[0]}__isnull")
+        params.append(field.get_db_prep_value(_plain(key, value), connection, prepared=False))
+    return params
 
 
 def _shape_keys(where: Mapping[str, Any]) -> tuple[str, ...]:
@@ -236,7 +257,8 @@ def _update_sql(
 
 @lru_cache(maxsize=64)
 def _insert_sql(model: type[Model], alias: str, vendor: str, count: int, keys: bool) -> _Shape:
-    write = [f for f in model._meta.concrete_fields if not f.primary_key]
+    auto = model._meta.auto_field  # a key the database generates: never written
+    write = [f for f in model._meta.concrete_fields if f is not auto]
     table = _quote(alias, model._meta.db_table)
     columns = ", ".join(_quote(alias, f.column) for f in write)
     one = "(" + ", ".join(["%s"] * len(write)) + ")"
@@ -247,26 +269,23 @@ def _insert_sql(model: type[Model], alias: str, vendor: str, count: int, keys: b
 
 
 @lru_cache(maxsize=64)
-def _converters(model: type[Model], alias: str, fields: tuple[Field, ...]) -> tuple[Any, ...]:
+def _field_converters(model: type[Model], alias: str, fields: tuple[Field, ...]) -> tuple[Any, ...]:
+    """Each read column with its field's own converters (from_db_value; they depend on the
+    database's features, not on one connection). The backend's converters, bound to a
+    connection, are asked of the connection at hand (`_instance`)."""
     connection = connections[alias]
-    out = []
-    for field in fields:
-        col = field.get_col(model._meta.db_table)
-        out.append(
-            (
-                col,
-                tuple(connection.ops.get_db_converters(col))
-                + tuple(col.get_db_converters(connection)),
-            )
-        )
-    return tuple(out)
+    cols = [f.get_col(model._meta.db_table) for f in fields]
+    return tuple((col, tuple(col.get_db_converters(connection))) for col in cols)
 
 
 def _instance(
     model: type[M], alias: str, fields: tuple[Field, ...], row: Sequence[Any], connection: Any
 ) -> M:
     values = list(row)
-    for i, (col, converters) in enumerate(_converters(model, alias, fields)):
+    for i, (col, own) in enumerate(_field_converters(model, alias, fields)):
+        converters = (*connection.ops.get_db_converters(col), *own)
+        value = values[i]
         for convert in converters:
-            values[i] = convert(values[i], col, connection)
+            value = convert(value, col, connection)
+        values[i] = value
     return model.from_db(alias, [f.attname for f in fields], values)

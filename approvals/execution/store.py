@@ -32,8 +32,8 @@ def run_claim(*, run_id: int, worker_id: str) -> Run | None:
     return claimed[0] if claimed is not None else None
 
 
-# What a takeover writes on the run row (never the transcript, which it only reads).
-_TAKEOVER_FIELDS = ["worker_id", "lease_expires_at", "attempts", "error"]
+# What a claim under the row lock writes on the run row (never the transcript).
+_CLAIM_FIELDS = ["status", "version", "worker_id", "lease_expires_at", "attempts", "error"]
 
 
 def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest | None] | None:
@@ -71,7 +71,7 @@ def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest
             )
             statements.insert(trail)
         else:
-            run = _take_over(run_id, worker_id, now, lease)
+            run = _claim_locked(run_id, worker_id, now, lease)
             if run is None:
                 return None
         request = request_to_apply(run)
@@ -79,31 +79,37 @@ def run_claim_step(*, run_id: int, worker_id: str) -> tuple[Run, ApprovalRequest
     return run, request
 
 
-def _take_over(run_id: int, worker_id: str, now: Any, lease: Any) -> Run | None:
-    """A running run whose worker's lease lapsed, taken over by this worker (under its row
-    lock); None for any other run (held, finished, cancelled, gone)."""
+def _claim_locked(run_id: int, worker_id: str, now: Any, lease: Any) -> Run | None:
+    """The claim under the run's row lock, where the conditional UPDATE matched nothing: a
+    running run whose worker's lease lapsed is taken over, and a run queued again since
+    that UPDATE looked (a requeue committed in between) is claimed; None for any other run
+    (held, finished, cancelled, gone)."""
     run = Run.objects.select_for_update().filter(pk=run_id).first()
+    if run is None:
+        return None
     lapsed = (
-        run is not None
-        and run.status == RunStatus.RUNNING
+        run.status == RunStatus.RUNNING
         and run.lease_expires_at is not None
         and run.lease_expires_at < now
     )
-    if not lapsed:
+    if run.status == RunStatus.QUEUED:
+        set_run_status(run, RunStatus.RUNNING, action="run_claimed", worker=worker_id)
+    elif lapsed:
+        append_event(
+            run,
+            "run_taken_over",
+            from_state=run.status,
+            to_state=run.status,
+            worker=worker_id,
+            previous=run.worker_id,
+        )
+    else:
         return None
-    append_event(
-        run,
-        "run_taken_over",
-        from_state=run.status,
-        to_state=run.status,
-        worker=worker_id,
-        previous=run.worker_id,
-    )
     run.worker_id = worker_id
     run.lease_expires_at = lease
     run.attempts += 1
     run.error = ""
-    run.save(update_fields=[*_TAKEOVER_FIELDS, "updated_at"])
+    run.save(update_fields=[*_CLAIM_FIELDS, "updated_at"])
     return run
 
 

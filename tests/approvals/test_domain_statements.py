@@ -7,8 +7,11 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
 
 from approvals.domain import statements
 from approvals.models import ApprovalRequest, Event, RequestCall, Run, ToolExecution
@@ -123,7 +126,8 @@ def test_select_reads_instances_in_order_with_their_converted_values():
     ]
     newest = statements.select(Event, {"run_id": run.pk}, order_by=("-id",), limit=1)
     assert newest == []
-    (read,) = statements.select(ApprovalRequest, {"request_id": "r"}, for_update=True)
+    with transaction.atomic():
+        (read,) = statements.select(ApprovalRequest, {"request_id": "r"}, for_update=True)
     orm = ApprovalRequest.objects.get(pk=row.pk)
     assert {f.attname: getattr(read, f.attname) for f in ApprovalRequest._meta.concrete_fields} == {
         f.attname: getattr(orm, f.attname) for f in ApprovalRequest._meta.concrete_fields
@@ -156,9 +160,35 @@ def test_an_insert_that_breaks_a_unique_key_raises_djangos_integrity_error():
     assert ToolExecution.objects.filter(**key).count() == 1
 
 
-def test_an_unknown_condition_is_refused():
+def test_what_would_not_mean_what_the_orm_means_is_refused():
+    run = _run()
     with pytest.raises(ValueError, match="unsupported condition"):
         statements.update(Run, {"status__in": ["queued"]}, {"error": ""})
+    # `= NULL` matches nothing where the ORM's `finished_at=None` is IS NULL.
+    with pytest.raises(ValueError, match="finished_at__isnull"):
+        statements.update(Run, {"finished_at": None}, {"error": ""})
+    with pytest.raises(TypeError, match="expression"):
+        statements.update(Run, {"pk": run.pk}, {"turns": F("turns") + 1})
+    with pytest.raises(ValueError, match="nothing to set"):
+        statements.update(Run, {"pk": run.pk}, {})
+    # A row lock outside a transaction would end with its statement.
+    with pytest.raises(TransactionManagementError):
+        statements.select(Run, {"pk": run.pk}, for_update=True)
+    with pytest.raises(ValueError, match="one model"):
+        statements.insert([Event(run=run, action="a"), Run(agent="demo", prompt="p")])
+    assert Run.objects.get(pk=run.pk).turns == 0 and not Event.objects.exists()
+
+
+def test_an_insert_writes_a_key_the_database_does_not_generate():
+    row = DBTaskResult(
+        task_path="approvals.execution.runner.execute_run",
+        args_kwargs={"args": [1], "kwargs": {}},
+        queue_name="default",
+        backend_name="default",
+        run_after=timezone.now(),
+    )
+    statements.insert([row])
+    assert DBTaskResult.objects.get(pk=row.pk).args_kwargs == {"args": [1], "kwargs": {}}
 
 
 def test_an_insert_with_keys_gives_each_row_its_new_key_in_order():
@@ -166,9 +196,7 @@ def test_an_insert_with_keys_gives_each_row_its_new_key_in_order():
     row = ApprovalRequest(run=run, agent="demo", request_id="r", kind="tool_call")
     statements.insert([row], keys=True)
     assert row.pk is not None and not row._state.adding
-    calls = [
-        RequestCall(request=row, position=i, call_id=f"c{i}", tool_name="t") for i in range(3)
-    ]
+    calls = [RequestCall(request=row, position=i, call_id=f"c{i}", tool_name="t") for i in range(3)]
     statements.insert(calls, keys=True)
     stored = dict(RequestCall.objects.filter(request=row).values_list("call_id", "pk"))
     assert {c.call_id: c.pk for c in calls} == stored

@@ -31,6 +31,42 @@ def test_a_run_is_executed_by_one_worker_at_a_time():
     assert Event.objects.filter(run=run, action="run_taken_over").count() == 1
 
 
+def test_a_queued_run_is_claimed_in_one_update_that_reads_it_back():
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    before = fresh(run).version
+    with CaptureQueriesContext(connection) as ctx:
+        claimed = store.run_claim(run_id=run.pk, worker_id="w1")
+    writes = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith(("UPDATE", "SELECT"))]
+    assert len(writes) == 1 and "RETURNING" in writes[0]  # no locking read first
+    stored = fresh(run)
+    assert (claimed.status, claimed.worker_id, claimed.attempts) == ("running", "w1", 1)
+    assert (stored.status, stored.worker_id, stored.attempts) == ("running", "w1", 1)
+    assert claimed.version == stored.version == before + 1
+    assert claimed.prompt == "refund" and claimed.lease_expires_at == stored.lease_expires_at
+    assert run_actions(run)[-1] == "run_claimed"
+
+
+def test_a_run_queued_again_after_the_claims_update_looked_is_still_claimed(monkeypatch):
+    """The conditional UPDATE saw the run before a requeue committed (it matched nothing):
+    the locked read that follows finds it queued and claims it."""
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    real = store.statements.update
+    seen = []
+
+    def before_the_requeue(model, where, *args, **kwargs):
+        if model is Run and kwargs.get("returning") and not seen:
+            seen.append(where)
+            return None  # what the UPDATE returns when the row was not queued yet
+        return real(model, where, *args, **kwargs)
+
+    monkeypatch.setattr(store.statements, "update", before_the_requeue)
+    claimed = store.run_claim(run_id=run.pk, worker_id="w1")
+    assert seen and claimed is not None
+    stored = fresh(run)
+    assert (stored.status, stored.worker_id, stored.attempts) == ("running", "w1", 1)
+    assert run_actions(run)[-1] == "run_claimed"
+
+
 def test_lost_lease_does_not_overwrite_the_new_workers_result():
     user = make_user()
     run = services.run_start(agent="demo", prompt="refund", started_by=user)

@@ -18,6 +18,7 @@ from django.contrib.staticfiles import finders
 from django.core.checks.urls import check_url_namespaces_unique
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -182,6 +183,15 @@ def test_check_e006_urls(settings):
     settings.ROOT_URLCONF = "tests.approvals.no_app_urls"
     (error,) = checks.check_urls()
     assert error.id == "approvals.E006" and 'include("approvals.urls")' in error.hint
+
+
+def test_check_e008_a_database_without_returning(monkeypatch):
+    assert checks.check_databases() == []  # the databases the suite runs on have it
+    features = connection.features
+    monkeypatch.setattr(features, "can_return_columns_from_insert", False)
+    (error,) = checks.check_databases()
+    assert error.id == "approvals.E008" and "RETURNING" in error.msg
+    assert "SQLite 3.35" in error.hint
 
 
 def test_the_checks_run_with_manage_py_check(settings):
