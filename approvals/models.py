@@ -242,7 +242,10 @@ class RequestCall(models.Model):
         OUTPUT = "output"
         DECLINE = "decline"
 
-    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="calls")
+    # Not indexed on its own: call_unique_per_request starts with it.
+    request = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="calls", db_index=False
+    )
     position = models.PositiveSmallIntegerField()
     call_id = models.CharField(max_length=200)
     tool_name = models.CharField(max_length=200)
@@ -298,7 +301,10 @@ class ToolExecution(models.Model):
     in between is visible as an execution with an unknown outcome, not a silent re-run.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="executions")
+    # Not indexed on its own: the unique key below starts with it.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="executions", db_index=False
+    )
     # Position of the calling assistant message in the transcript: in-process models may
     # reuse call ids across turns, so the call id alone is not a key.
     message_index = models.IntegerField()
@@ -326,7 +332,9 @@ class ToolExecution(models.Model):
 class Event(models.Model):
     """Append-only audit trail: who changed what, when, and what the model was told."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # Not indexed on its own: event_run_created starts with it (an insert per audit event
+    # maintains one index fewer).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     request = models.ForeignKey(
         ApprovalRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
     )
