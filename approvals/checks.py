@@ -14,8 +14,8 @@ each missing or misplaced piece with an id and a hint that shows what to write:
 - approvals.E007  a triage setting out of its range (TOOLNEXUS_CLAIM_MINUTES,
                   TOOLNEXUS_INBOX_COUNT_CAP, TOOLNEXUS_LIVE_CHIP_SECONDS): said at start, not
                   as a failing page later (a claim lasting past year 1 overflows the date)
-- approvals.E008  a database that cannot return a statement's rows (`RETURNING`: SQLite
-                  before 3.35), which the decision path's statements read back
+- approvals.E008  a database that cannot return an UPDATE's or INSERT's rows (`RETURNING`),
+                  which the decision path reads back: PostgreSQL, or SQLite 3.35 or newer
 """
 
 from __future__ import annotations
@@ -191,17 +191,21 @@ def check_triage_settings(**kwargs: Any) -> list[checks.CheckMessage]:
 
 
 def check_databases(**kwargs: Any) -> list[checks.CheckMessage]:
-    """The decision path claims a run and inserts rows with `RETURNING` (domain.statements)."""
+    """The decision path claims a run with `UPDATE ... RETURNING` and inserts rows with
+    `INSERT ... RETURNING` (domain.statements): PostgreSQL, or SQLite 3.35 or newer."""
     errors = []
     for alias in connections:
-        connection = connections[alias]  # its features need no connection to the server
-        if connection.features.can_return_columns_from_insert:
+        connection = connections[alias]  # its vendor and features need no server connection
+        if connection.vendor == "postgresql" or (
+            connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
+        ):
             continue
         errors.append(
             checks.Error(
-                f"Database {alias!r} ({connection.vendor}) cannot return the rows a statement"
-                " changed (RETURNING), which the app's decision path reads back.",
-                hint="Use SQLite 3.35 or newer (Python's sqlite3 module links it), or PostgreSQL.",
+                f"Database {alias!r} ({connection.vendor}) cannot return the rows an UPDATE or"
+                " an INSERT changed (RETURNING), which the app's decision path reads back.",
+                hint="Use PostgreSQL, or SQLite 3.35 or newer (the one Python's sqlite3"
+                " module links).",
                 id="approvals.E008",
             )
         )

@@ -10,10 +10,12 @@ migrates it, halts one demo run, and times statement shapes the decision path ru
 a run's row (whole, and two columns), a conditional UPDATE of the run (one that matches no
 row: nothing changes between rounds), appending an audit event, and compiling a query
 without running it. Each line: CPU ms per statement of this process (thread time) and wall
-ms, the median over rounds; the ORM's ratio to the hand-written statement. PostgreSQL's own
-CPU is not in it. The forms differ a little: the ORM's reads add `ORDER BY "id" LIMIT 1`,
-its INSERT names every column and serializes the JSON itself; the cursor form builds no
-model instance from a row (the module's builds one, as the ORM's does).
+ms, the median over rounds, per form; the ORM's and the module's ratios to the hand-written
+statement. PostgreSQL's own CPU is not in it. The forms differ a little: the ORM's reads add
+`ORDER BY "id" LIMIT 1`; the ORM's INSERT names every column, serializes the JSON itself and
+reads the key back, the cursor's names six columns and reads the key back, the module's
+names every column and reads nothing back; the cursor form builds no model instance from a
+row (the module's builds one, as the ORM's does).
 """
 
 from __future__ import annotations
