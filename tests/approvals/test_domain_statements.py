@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
@@ -15,6 +15,8 @@ from django_tasks_db.models import DBTaskResult
 
 from approvals.domain import statements
 from approvals.models import ApprovalRequest, Event, RequestCall, Run, ToolExecution
+
+from .factories import in_another_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,3 +205,25 @@ def test_an_insert_with_keys_gives_each_row_its_new_key_in_order():
     calls[1].output = "changed"
     calls[1].save(update_fields=["output"])  # a saved instance: an UPDATE of its own row
     assert RequestCall.objects.get(pk=calls[1].pk).output == "changed"
+
+
+@pytest.mark.postgres
+def test_a_locked_read_holds_its_rows_until_the_transaction_ends(on_postgres):
+    if not on_postgres:
+        pytest.skip("needs PostgreSQL (set DATABASE_URL): SQLite locks the whole database")
+    run = _run()
+    seen: list[str] = []
+
+    def try_to_lock() -> None:
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update(nowait=True).get(pk=run.pk)
+            seen.append("free")
+        except DatabaseError:
+            seen.append("locked")
+
+    with transaction.atomic():
+        (locked,) = statements.select(Run, {"pk": run.pk}, for_update=True)
+        in_another_connection(try_to_lock)
+    in_another_connection(try_to_lock)
+    assert locked.pk == run.pk and seen == ["locked", "free"]
