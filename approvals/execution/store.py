@@ -127,9 +127,12 @@ def request_to_apply(run: Run) -> ApprovalRequest | None:
     if not found:
         return None
     request = found[0]
+    request.run = run  # as the run's related manager would have set it (no query later)
     request.listed_calls = statements.select(
         RequestCall, {"request_id": request.pk}, order_by=("position",)
     )
+    for call in request.listed_calls:
+        call.request = request
     return request
 
 

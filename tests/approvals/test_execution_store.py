@@ -13,7 +13,7 @@ from approvals.execution import journal, runner, store
 from approvals.models import Event, Run, ToolExecution
 from toolnexus import Request, RunResult
 
-from .factories import fresh, lapse_lease, make_user, run_actions
+from .factories import fresh, lapse_lease, make_user, run_actions, start_and_halt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,3 +141,20 @@ def test_a_tool_is_journaled_once_and_a_second_begin_gets_the_first_record():
         run_id=run.pk, message_index=1, call_id="c1", output="ok", is_error=False
     )
     assert journal.execution_begin(**entry).output == "ok"
+
+
+def test_the_decided_request_is_read_with_its_calls_and_knows_its_run():
+    user = make_user()
+    run = start_and_halt(user=user)
+    request = run.requests.get()
+    services.request_decline(request_id=request.request_id, user=user, reason="no")
+    run = fresh(run)
+    with CaptureQueriesContext(connection) as ctx:
+        found = store.request_to_apply(run)
+        calls = found.call_list()
+        assert calls and found.run is run and all(c.request is found for c in calls)
+    assert len(ctx.captured_queries) == 2  # the request, then its calls
+    assert found.pk == request.pk and found.state == "declined"
+    assert [c.call_id for c in calls] == list(
+        request.calls.order_by("position").values_list("call_id", flat=True)
+    )
