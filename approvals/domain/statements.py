@@ -19,7 +19,8 @@ replaced on the decision path no longer send `pre_save`/`post_save` for those ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -47,13 +48,14 @@ def select(
     connection = connections[alias]
     if for_update and connection.get_autocommit():
         raise TransactionManagementError("select(for_update=True) outside of a transaction")
-    shape = _select_sql(
-        model, alias, connection.vendor, _shape_keys(where), tuple(order_by), limit, for_update
-    )
+    shape = _select_sql(model, alias, _shape_keys(where), tuple(order_by), limit, for_update)
     with connection.cursor() as cursor:
         cursor.execute(shape.sql, _where_params(shape, where, connection))
         rows = cursor.fetchall()
-    return [_instance(model, alias, shape.read, row, connection) for row in rows]
+    if not rows:
+        return []
+    instance = _reader(model, alias, shape.read, connection)
+    return [instance(row) for row in rows]
 
 
 def update(
@@ -72,13 +74,7 @@ def update(
     alias = router.db_for_write(model)
     connection = connections[alias]
     shape = _update_sql(
-        model,
-        alias,
-        connection.vendor,
-        tuple(values),
-        tuple(add or ()),
-        _shape_keys(where),
-        returning,
+        model, alias, tuple(values), tuple(add or ()), _shape_keys(where), returning
     )
     params = [
         field.get_db_prep_save(_plain(name, values[name]), connection)
@@ -91,7 +87,7 @@ def update(
         if not returning:
             return cursor.rowcount
         row = cursor.fetchone()
-    return _instance(model, alias, shape.read, row, connection) if row is not None else None
+    return _reader(model, alias, shape.read, connection)(row) if row is not None else None
 
 
 def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
@@ -107,7 +103,7 @@ def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
         raise ValueError("insert() takes rows of one model")
     alias = router.db_for_write(model)
     connection = connections[alias]
-    shape = _insert_sql(model, alias, connection.vendor, len(rows), keys)
+    shape = _insert_sql(model, alias, len(rows), keys)
     params = [
         field.get_db_prep_save(_plain(field.name, field.pre_save(row, add=True)), connection)
         for row in rows
@@ -128,21 +124,15 @@ def insert(rows: Iterable[Model], *, keys: bool = False) -> None:
 # -- shapes, built once per database -----------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class _Shape:
     """A statement's SQL, the fields its values are prepared by (set, then condition), and
     the fields of the columns it reads back."""
 
-    def __init__(
-        self,
-        sql: str,
-        write: Sequence[Field] = (),
-        conditions: Sequence[tuple[str, Field]] = (),
-        read: tuple[Field, ...] = (),
-    ) -> None:
-        self.sql = sql
-        self.write = tuple(write)
-        self.conditions = tuple(conditions)  # (key in `where`, field): one parameter each
-        self.read = read
+    sql: str
+    write: tuple[Field, ...] = ()
+    conditions: tuple[tuple[str, Field], ...] = ()  # (key in `where`, field): a parameter each
+    read: tuple[Field, ...] = ()
 
 
 def _plain(name: str, value: Any) -> Any:
@@ -208,7 +198,6 @@ def _columns(model: type[Model], alias: str) -> tuple[str, tuple[Field, ...]]:
 def _select_sql(
     model: type[Model],
     alias: str,
-    vendor: str,
     keys: tuple[str, ...],
     order_by: tuple[str, ...],
     limit: int | None,
@@ -227,21 +216,20 @@ def _select_sql(
         sql += f" LIMIT {int(limit)}"
     if for_update and connections[alias].features.has_select_for_update:
         sql += " FOR UPDATE"
-    return _Shape(sql, conditions=conditions, read=fields)
+    return _Shape(sql, conditions=tuple(conditions), read=fields)
 
 
 @lru_cache(maxsize=256)
 def _update_sql(
     model: type[Model],
     alias: str,
-    vendor: str,
     names: tuple[str, ...],
     counters: tuple[str, ...],
     keys: tuple[str, ...],
     returning: bool,
 ) -> _Shape:
     table = _quote(alias, model._meta.db_table)
-    write = [_field(model, n) for n in names]
+    write = tuple(_field(model, n) for n in names)
     sets = [f"{_quote(alias, f.column)} = %s" for f in write]
     for name in counters:
         column = _quote(alias, _field(model, name).column)
@@ -252,13 +240,13 @@ def _update_sql(
     if returning:
         columns, read = _columns(model, alias)
         sql += f" RETURNING {columns}"
-    return _Shape(sql, write=write, conditions=conditions, read=read)
+    return _Shape(sql, write=write, conditions=tuple(conditions), read=read)
 
 
 @lru_cache(maxsize=64)
-def _insert_sql(model: type[Model], alias: str, vendor: str, count: int, keys: bool) -> _Shape:
+def _insert_sql(model: type[Model], alias: str, count: int, keys: bool) -> _Shape:
     auto = model._meta.auto_field  # a key the database generates: never written
-    write = [f for f in model._meta.concrete_fields if f is not auto]
+    write = tuple(f for f in model._meta.concrete_fields if f is not auto)
     table = _quote(alias, model._meta.db_table)
     columns = ", ".join(_quote(alias, f.column) for f in write)
     one = "(" + ", ".join(["%s"] * len(write)) + ")"
@@ -272,20 +260,29 @@ def _insert_sql(model: type[Model], alias: str, vendor: str, count: int, keys: b
 def _field_converters(model: type[Model], alias: str, fields: tuple[Field, ...]) -> tuple[Any, ...]:
     """Each read column with its field's own converters (from_db_value; they depend on the
     database's features, not on one connection). The backend's converters, bound to a
-    connection, are asked of the connection at hand (`_instance`)."""
+    connection, are asked of the connection at hand (`_reader`)."""
     connection = connections[alias]
     cols = [f.get_col(model._meta.db_table) for f in fields]
     return tuple((col, tuple(col.get_db_converters(connection))) for col in cols)
 
 
-def _instance(
-    model: type[M], alias: str, fields: tuple[Field, ...], row: Sequence[Any], connection: Any
-) -> M:
-    values = list(row)
+def _reader(
+    model: type[M], alias: str, fields: tuple[Field, ...], connection: Any
+) -> Callable[[Sequence[Any]], M]:
+    """A statement's rows into instances: the converters are gathered once per statement,
+    and only the columns that have any are converted."""
+    converting = []
     for i, (col, own) in enumerate(_field_converters(model, alias, fields)):
         converters = (*connection.ops.get_db_converters(col), *own)
-        value = values[i]
-        for convert in converters:
-            value = convert(value, col, connection)
-        values[i] = value
-    return model.from_db(alias, [f.attname for f in fields], values)
+        if converters:
+            converting.append((i, col, converters))
+    names = [f.attname for f in fields]
+
+    def instance(row: Sequence[Any]) -> M:
+        values = list(row)
+        for i, col, converters in converting:
+            for convert in converters:
+                values[i] = convert(values[i], col, connection)
+        return model.from_db(alias, names, values)
+
+    return instance
