@@ -717,6 +717,10 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
     xact0, settled0 = meter.settled_xacts() if spec["measure"] else (0, True)
     connection.ensure_connection()  # open (the pool) before the clock starts
     _wait_go(spec["sync"])
+    spy = None
+    if spec.get("profile"):
+        cpu_breakdown = _cpu_breakdown()
+        spy = cpu_breakdown.start(os.getpid(), Path(spec["profile"]))
     meter.start()
     if phase == "halt":
         ids = halt(spec["timed"])
@@ -733,6 +737,8 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
         flush_pushes(60)  # the live-push lanes' rendering is part of the work
     flushing = time.monotonic() - f0
     m = meter.stop()
+    if spy is not None:
+        cpu_breakdown.stop(spy)
     # With two processes, a process whose work is done notices that the other's is too only
     # at its next idle poll (up to 0.2 s later): the phase ends when the last resume did.
     m["t_done"] = t_last + flushing
@@ -990,6 +996,7 @@ PHASES = [
     ("resume2", "resumes, 2 processes"),
     ("decline", "decline + resume"),
 ]
+PROFILED = ("halt", "resume1", "decline")  # one process each: `--profile` samples these
 
 
 class Bench:
@@ -1145,6 +1152,10 @@ class Bench:
     ) -> dict[str, Any]:
         tag = f"r{rnd}-{phase}-{'lg' if system == LG else 'tw'}"
         pick = lambda key: [ids[str(label)] for label in plan[key]]  # noqa: E731
+        profile: dict[str, str] = {}
+        if self.args.profile and system == TW and phase in PROFILED:
+            self.args.profile.mkdir(parents=True, exist_ok=True)
+            profile = {"profile": str(self.args.profile.resolve() / f"{tag}.txt")}
         if phase == "halt":
             prep = [
                 label for key in plan if key not in ("halt_warm", "halt") for label in plan[key]
@@ -1155,6 +1166,7 @@ class Bench:
                 "timed": plan["halt"],
                 "prep": prep,
                 "measure": True,
+                **profile,
             }
             res = self.run_one(system, spec, tag)
             ids.update(res.pop("ids"))
@@ -1168,6 +1180,7 @@ class Bench:
                 "timed": pick(timed_key),
                 "decision": "approve" if phase == "resume1" else "decline",
                 "measure": True,
+                **profile,
             }
             return self.run_one(system, spec, tag)
         # resume2: two processes, each deciding/resuming half, started together
@@ -1399,6 +1412,8 @@ class Bench:
         ]
         if unsettled:
             print(f"  note: a backend was still connected when counting transactions: {unsettled}")
+        if a.profile:
+            self.report_profile(tw, per_op)
         print()
         print("Checks (every phase, every round):")
         for system, res in self.results.items():
@@ -1440,12 +1455,40 @@ class Bench:
             "pg_stat_database xact_commit + xact_rollback of the bench database"
         )
 
+    def report_profile(self, tw: dict[str, list[dict[str, Any]]], per_op: Any) -> None:
+        """Where toolnexus-web's process CPU per operation goes (`--profile`)."""
+        cpu_breakdown = _cpu_breakdown()
+        print()
+        print(
+            "Where toolnexus-web's process CPU per operation goes (--profile: py-spy --gil on "
+            "the process, every round's samples; ms/op = share x the median process CPU per "
+            "operation; sampling slows the profiled phases, so compare rates from a run "
+            "without --profile):"
+        )
+        for phase, label in PHASES:
+            if phase not in PROFILED or not tw[phase]:
+                continue
+            paths = sorted(self.args.profile.glob(f"r*-{phase}-tw.txt"))
+            cpu = statistics.median(per_op(tw, phase, "cpu_proc"))
+            print(f"  {label} (samples in {self.args.profile}):")
+            for line in cpu_breakdown.table(cpu_breakdown.samples_by_part(paths), cpu):
+                print(line)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "settings": {k: str(v) for k, v in vars(self.args).items()},
             "versions": self.versions,
             "results": self.results,
         }
+
+
+def _cpu_breakdown() -> Any:
+    """bench/cpu_breakdown.py (`--profile`), importable from the parent and the children."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench import cpu_breakdown
+
+    return cpu_breakdown
 
 
 def git_describe() -> str:
@@ -1504,11 +1547,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="LangGraph's bench venv")
     ap.add_argument("--json", type=Path, help="also write every round's figures here")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy (--gil) the toolnexus-web process of the one-process phases into this "
+        "directory and print where its CPU per operation goes, by part of the path",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.rounds, args.warmup = 50, 1, 5
     if args.runs < 10 or args.rounds < 1 or args.warmup < 1:
         ap.error("--runs must be >= 10, --rounds >= 1, --warmup >= 1")
+    if args.profile and _cpu_breakdown().py_spy() is None:
+        ap.error("--profile needs py-spy: pip install py-spy (into the venv)")
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_exit)
