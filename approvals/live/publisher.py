@@ -12,7 +12,8 @@ loop that owns it. There the hook only queues the messages (`_LoopSender`, one p
 sending in order) and returns: the decision's response no longer waits for the sends, which
 took as long as the rest of the decision once the same server's pages took their share of
 that loop (about 10 ms of a 29 ms response, one reviewer, `decision_latency.py --trace`).
-Anywhere else (a management command, a sync test) the hook sends and waits, as before.
+Anywhere else (a management command, a WSGI view of a host project, a script, a sync test)
+the hook sends and waits, on one loop the process keeps for that (`_OwnLoop`).
 
 A failed push never undoes a committed change: pages re-render from the database on
 (re)connect, so a lost message costs a stale view until then, never a lost decision.
@@ -31,7 +32,7 @@ from collections import deque
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import SyncToAsync, async_to_sync
+from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
@@ -154,7 +155,28 @@ def send(messages: Messages) -> None:
             return
         except RuntimeError:  # the loop closed since (a server shutting down): send here
             pass
-    async_to_sync(_send_all)(layer, messages)
+    asyncio.run_coroutine_threadsafe(_send_all(layer, messages), _OwnLoop.get()).result()
+
+
+class _OwnLoop:
+    """The process's loop for sends from code on no serving loop, in a daemon thread of its
+    own. `async_to_sync` there ran each send on a new loop in a new thread, and a Redis
+    layer (whose connections belong to a loop) connected anew for every change."""
+
+    lock = threading.Lock()
+    loop: asyncio.AbstractEventLoop | None = None
+    pid = 0  # a forked child starts its own: the parent's thread did not come along
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls.lock:
+            if cls.loop is None or cls.pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="live-push-sends", daemon=True
+                ).start()
+                cls.loop, cls.pid = loop, os.getpid()
+            return cls.loop
 
 
 async def _send_all(layer: Any, messages: Messages) -> None:

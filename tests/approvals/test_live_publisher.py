@@ -103,6 +103,7 @@ class _Layer:
 
     def __init__(self, *, fail=None, delay: float = 0.0) -> None:
         self.sent: list[tuple[str, dict]] = []
+        self.loops: list[int] = []  # the loop each message was sent on
         self.release: asyncio.Event | None = None
         self.fail = fail or (lambda group, message: None)
         self.delay = delay
@@ -115,6 +116,7 @@ class _Layer:
         if (error := self.fail(group, message)) is not None:
             raise error
         self.sent.append((group, message))
+        self.loops.append(id(asyncio.get_running_loop()))  # not the loop: it may go
 
 
 def _down_for(group: str):
@@ -165,6 +167,43 @@ def test_without_a_serving_loop_a_send_is_done_when_it_returns(monkeypatch):
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     publisher.send(_batch(1))
     assert layer.sent == _batch(1)
+
+
+@pytest.mark.django_db(transaction=False)
+def test_sends_from_sync_code_on_no_serving_loop_share_one_loop_of_the_process(monkeypatch):
+    """A management command, a host project's WSGI view: every send there runs on one loop
+    the process keeps (a Redis layer keeps its connection), not a new loop per send, and
+    each is done when it returns, whichever thread sent it."""
+    import threading
+
+    layer = _Layer()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    publisher.send(_batch(1))
+    other = threading.Thread(target=publisher.send, args=(_batch(2),))
+    other.start()
+    other.join()
+    publisher.send(_batch(3))
+    assert layer.sent == _batch(1) + _batch(2) + _batch(3)
+    assert len(set(layer.loops)) == 1
+    loop = publisher._OwnLoop.loop
+    assert id(loop) == layer.loops[0]
+    assert loop.is_running()  # it stays for the next send
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_forked_process_sends_on_a_loop_of_its_own(monkeypatch):
+    """The parent's loop thread does not survive a fork: a child (a pre-forking server's
+    worker) starts its own."""
+    import os
+
+    layer = _Layer()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    publisher.send(_batch(1))
+    parent_pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: parent_pid + 1_000_000)
+    publisher.send(_batch(2))
+    assert layer.sent == _batch(1) + _batch(2)
+    assert layer.loops[0] != layer.loops[-1]
 
 
 @pytest.mark.django_db(transaction=False)
