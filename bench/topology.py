@@ -820,9 +820,9 @@ def profile_summary(path: Path, top: int = 8) -> list[str]:
 def _thread_role(frames: list[str]) -> str:
     """Which thread a sample came from, told by the frames it started with."""
     joined = ";".join(frames)
-    if "heartbeat (approvals/worker.py)" in joined:
+    if "heartbeat (approvals/execution/worker.py)" in joined:
         return "heartbeat"
-    if "run_forever (approvals/worker.py)" in joined:
+    if "run_forever (approvals/execution/worker.py)" in joined:
         return "worker loop"
     if "_worker (concurrent/futures/thread.py)" in joined:
         return "thread pool (sync views, db calls, async_to_sync loops)"
