@@ -44,7 +44,9 @@ PARTS: list[tuple[str, re.Pattern[str]]] = [
 # Frames of the plumbing between threads and the event loop take a sample only when no part
 # above is in its stack (an asyncio frame inside a push is the push's).
 HOPS = ("thread and event-loop hops (asgiref, asyncio)", re.compile(r"\(asgiref/|\(asyncio/"))
-OTHER = "other (stock worker loop, bench harness, threads)"
+# Most of it: psycopg running a statement, sampled while its C wait loop drives it, where
+# py-spy reads the stack only up to that loop (which part ran the statement is lost).
+OTHER = "unattributed (psycopg stacks read in part, the stock loop, the bench)"
 
 READY_LINE = "Sampling process"  # what py-spy prints (on stdout) once it samples
 
