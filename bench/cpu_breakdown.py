@@ -121,9 +121,9 @@ def table(counts: Counter[str], cpu_ms_per_op: float) -> list[str]:
         return ["    (no samples)"]
     order = [name for name, _ in PARTS] + [HOPS[0], OTHER]
     rows = sorted(counts.items(), key=lambda kv: (-kv[1], order.index(kv[0])))
-    out = [f"    {'part':<64} {'share':>6} {'ms/op':>6}"]
+    out = [f"    {'part':<70} {'share':>6} {'ms/op':>6}"]
     for name, n in rows:
         share = n / total
-        out.append(f"    {name:<64} {100 * share:5.1f}% {share * cpu_ms_per_op:6.2f}")
-    out.append(f"    {'(' + str(total) + ' samples)':<64} {'':>6} {cpu_ms_per_op:6.2f}")
+        out.append(f"    {name:<70} {100 * share:5.1f}% {share * cpu_ms_per_op:6.2f}")
+    out.append(f"    {'(' + str(total) + ' samples)':<70} {'':>6} {cpu_ms_per_op:6.2f}")
     return out
