@@ -6,7 +6,8 @@ hook. Messages carry facts, never HTML: a consumer renders what its own page sho
 (`rendering`), once per change and variant, and only when somebody watches.
 
 Where the send happens: on the event loop that `async_to_sync` would use from the calling
-thread. In a view under a server, or in a worker, that is the process's long-lived loop, so
+thread (or the one running in it). In a view under a server, or in a worker, that is the
+process's long-lived loop, so
 channels-redis keeps one connection per process and the in-memory layer is used from the
 loop that owns it. There the hook only queues the messages (`_LoopSender`, one per loop,
 sending in order) and returns: the decision's response no longer waits for the sends, which
@@ -34,6 +35,8 @@ from typing import Any
 
 from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils import timezone
 
 from .. import events
@@ -143,8 +146,8 @@ except ImportError:  # no Redis client installed: the in-memory layer
 
 
 def send(messages: Messages) -> None:
-    """Send these messages in order: queued on the calling thread's serving loop, or at once
-    (waiting for them) where there is none."""
+    """Send these messages in order: queued on the calling thread's serving loop (or the loop
+    running in it), or at once (waiting for them) where there is none."""
     layer = get_channel_layer()
     if layer is None or not messages:
         return
@@ -155,7 +158,28 @@ def send(messages: Messages) -> None:
             return
         except RuntimeError:  # the loop closed since (a server shutting down): send here
             pass
-    asyncio.run_coroutine_threadsafe(_send_all(layer, messages), _OwnLoop.get()).result()
+    running = _running_loop()
+    if running is not None:  # waiting here would stall that loop (or, on _OwnLoop's, hang)
+        _LoopSender.queue(running, layer, messages)
+        return
+    sending = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), _OwnLoop.get())
+    try:
+        sending.result(timeout=SYNC_SEND_SECONDS)
+    except TimeoutError:
+        sending.cancel()
+        raise
+
+
+# How long sync code waits for a send before giving up on it (and logging it): a layer that
+# hangs must not hold a command or a request for good.
+SYNC_SEND_SECONDS = 10.0
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _OwnLoop:
@@ -165,18 +189,51 @@ class _OwnLoop:
 
     lock = threading.Lock()
     loop: asyncio.AbstractEventLoop | None = None
-    pid = 0  # a forked child starts its own: the parent's thread did not come along
+    thread: threading.Thread | None = None
 
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
         with cls.lock:
-            if cls.loop is None or cls.pid != os.getpid():
+            if cls.loop is None or cls.thread is None or not cls.thread.is_alive():
                 loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="live-push-sends", daemon=True
-                ).start()
-                cls.loop, cls.pid = loop, os.getpid()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="toolnexus-push-sends", daemon=True
+                )
+                thread.start()
+                cls.loop, cls.thread = loop, thread
             return cls.loop
+
+    @classmethod
+    def close(cls) -> None:
+        """Stop and close the loop; the next send starts another. Closing it closes what a
+        Redis layer opened on it (channels-redis hooks the loop's close)."""
+        with cls.lock:
+            loop, thread = cls.loop, cls.thread
+            cls.loop = cls.thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        if not thread.is_alive():
+            loop.close()
+
+    @classmethod
+    def forget(cls) -> None:
+        """In a forked child: the parent's thread did not come along (nor, if another thread
+        held it at the fork, the lock's release)."""
+        cls.lock = threading.Lock()
+        cls.loop = cls.thread = None
+
+
+os.register_at_fork(after_in_child=_OwnLoop.forget)
+
+
+@receiver(setting_changed)
+def _layers_changed(*, setting: str, **kwargs: Any) -> None:
+    # A layer replaced by new settings (tests) lets go of its connections on the own loop
+    # too, as it did when each send's loop closed with the send.
+    if setting == "CHANNEL_LAYERS":
+        _OwnLoop.close()
 
 
 async def _send_all(layer: Any, messages: Messages) -> None:

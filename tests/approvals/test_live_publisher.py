@@ -193,17 +193,73 @@ def test_sends_from_sync_code_on_no_serving_loop_share_one_loop_of_the_process(m
 @pytest.mark.django_db(transaction=False)
 def test_a_forked_process_sends_on_a_loop_of_its_own(monkeypatch):
     """The parent's loop thread does not survive a fork: a child (a pre-forking server's
-    worker) starts its own."""
+    worker) starts its own and its sends go through."""
     import os
+    import time
 
     layer = _Layer()
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     publisher.send(_batch(1))
-    parent_pid = os.getpid()
-    monkeypatch.setattr(os, "getpid", lambda: parent_pid + 1_000_000)
+    parent_loop = publisher._OwnLoop.loop
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code, never return into pytest
+        code = 1
+        try:
+            publisher.send(_batch(2))
+            fresh = publisher._OwnLoop.loop is not parent_loop
+            code = 0 if fresh and layer.sent == _batch(1) + _batch(2) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's send did not return")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert publisher._OwnLoop.loop is parent_loop  # the parent's is untouched
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_sync_code_called_on_a_running_loop_queues_its_send_there(monkeypatch):
+    """Sync code called straight from a coroutine (no thread in between) never waits for a
+    send: that would stall the loop it runs on."""
+    layer = _Layer()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    publisher.send(_batch(1))
+    assert layer.sent == []  # queued on this loop, not sent yet
+    await publisher.flush(timeout=2)
+    assert layer.sent == _batch(1)
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_send_from_sync_code_gives_up_on_a_layer_that_hangs(monkeypatch):
+    layer = _Layer()
+    layer.release = asyncio.Event()  # never set: every send hangs
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(publisher, "SYNC_SEND_SECONDS", 0.2)
+    with pytest.raises(TimeoutError):
+        publisher.send(_batch(1))
+    healthy = _Layer()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: healthy)
+    publisher.send(_batch(2))  # the loop is free for the next one
+    assert healthy.sent == _batch(2)
+
+
+@pytest.mark.django_db(transaction=False)
+def test_new_channel_layer_settings_close_the_loop_sync_sends_used(monkeypatch, settings):
+    """A replaced layer (tests change the setting) lets go of what it opened on that loop
+    (channels-redis closes its connections when the loop closes)."""
+    layer = _Layer()
+    monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
+    publisher.send(_batch(1))
+    old = publisher._OwnLoop.loop
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    assert old.is_closed()
     publisher.send(_batch(2))
     assert layer.sent == _batch(1) + _batch(2)
-    assert layer.loops[0] != layer.loops[-1]
+    assert publisher._OwnLoop.loop is not old
 
 
 @pytest.mark.django_db(transaction=False)
