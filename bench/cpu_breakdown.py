@@ -10,6 +10,8 @@ library's own statements around it are the task queue's.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import re
 import shutil
 import signal
@@ -43,7 +45,8 @@ PARTS: list[tuple[str, re.Pattern[str]]] = [
 ]
 # Frames of the plumbing between threads and the event loop take a sample only when no part
 # above is in its stack (an asyncio frame inside a push is the push's).
-HOPS = ("thread and event-loop hops (asgiref, asyncio)", re.compile(r"\(asgiref/|\(asyncio/"))
+HOPS_NAME = "thread and event-loop hops (asgiref, asyncio)"
+HOPS_PATTERN = re.compile(r"\(asgiref/|\(asyncio/")
 # Most of it: psycopg running a statement, sampled while its C wait loop drives it, where
 # py-spy reads the stack only up to that loop (which part ran the statement is lost).
 OTHER = "unattributed (psycopg stacks read in part, the stock loop, the bench)"
@@ -54,6 +57,17 @@ READY_LINE = "Sampling process"  # what py-spy prints (on stdout) once it sample
 def py_spy() -> str | None:
     found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     return found if Path(found).exists() else None
+
+
+PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)  # <linux/prctl.h>
+
+
+def allow_sampling_by_children() -> None:
+    """Let a child process (py-spy started by this one) read this process: Linux's Yama
+    (`ptrace_scope` 1, a common default) lets a process trace only its descendants."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
 
 
 def start(pid: int, out: Path, rate: int = 250) -> subprocess.Popen[str]:
@@ -86,6 +100,7 @@ def stop(spy: subprocess.Popen[str]) -> None:
         spy.wait(timeout=30)
     except subprocess.TimeoutExpired:
         spy.kill()
+        spy.wait()
 
 
 def _frame(frame: str) -> str:
@@ -99,13 +114,16 @@ def part_of(frames: list[str]) -> str:
         for name, pattern in PARTS:
             if pattern.search(frame):
                 return name
-    return HOPS[0] if any(HOPS[1].search(f) for f in frames) else OTHER
+    return HOPS_NAME if any(HOPS_PATTERN.search(f) for f in frames) else OTHER
 
 
 def samples_by_part(paths: list[Path]) -> Counter[str]:
     """Samples per part over py-spy raw files (`--threads` or not)."""
     counts: Counter[str] = Counter()
     for path in paths:
+        if not path.exists():
+            print(f"  (py-spy wrote no {path}: its samples are missing)", file=sys.stderr)
+            continue
         for line in path.read_text(errors="replace").splitlines():
             stack, _, n = line.rpartition(" ")
             if not n.isdigit():
@@ -119,7 +137,7 @@ def table(counts: Counter[str], cpu_ms_per_op: float) -> list[str]:
     total = sum(counts.values())
     if not total:
         return ["    (no samples)"]
-    order = [name for name, _ in PARTS] + [HOPS[0], OTHER]
+    order = [name for name, _ in PARTS] + [HOPS_NAME, OTHER]
     rows = sorted(counts.items(), key=lambda kv: (-kv[1], order.index(kv[0])))
     out = [f"    {'part':<70} {'share':>6} {'ms/op':>6}"]
     for name, n in rows:

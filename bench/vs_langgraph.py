@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import operator
 import os
@@ -557,6 +558,10 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
         (flush_pushes,) = _tw_import(["approvals.broadcast", "approvals.live.publisher"], ["flush"])
     except ImportError:
         flush_pushes = None
+    if inspect.iscoroutinefunction(flush_pushes):
+        # The live-push lanes of old were threads to wait for; now a worker loop sends its
+        # pushes on its own loop and settles them before `run_forever` returns.
+        flush_pushes = None
 
     if spec["agent"] == "bench":
 
@@ -720,25 +725,28 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
     spy = None
     if spec.get("profile"):
         cpu_breakdown = _cpu_breakdown()
+        cpu_breakdown.allow_sampling_by_children()
         spy = cpu_breakdown.start(os.getpid(), Path(spec["profile"]))
     meter.start()
-    if phase == "halt":
-        ids = halt(spec["timed"])
-    else:
-        ids = spec["timed"]
-        staged(SERVICES, decide, requests)
-        if spec["sync"]:  # two processes share the queue: stop when every run is done
-            staged(LOOP, work, None, all_done(spec["all_timed"]))
+    try:
+        if phase == "halt":
+            ids = halt(spec["timed"])
         else:
-            staged(LOOP, work, len(ids), all_done(ids))
-    t_last = worker.last_done
-    f0 = time.monotonic()
-    if flush_pushes is not None:
-        flush_pushes(60)  # the live-push lanes' rendering is part of the work
-    flushing = time.monotonic() - f0
-    m = meter.stop()
-    if spy is not None:
-        cpu_breakdown.stop(spy)
+            ids = spec["timed"]
+            staged(SERVICES, decide, requests)
+            if spec["sync"]:  # two processes share the queue: stop when every run is done
+                staged(LOOP, work, None, all_done(spec["all_timed"]))
+            else:
+                staged(LOOP, work, len(ids), all_done(ids))
+        t_last = worker.last_done
+        f0 = time.monotonic()
+        if flush_pushes is not None:
+            flush_pushes(60)  # the live-push lanes' rendering is part of the work
+        flushing = time.monotonic() - f0
+        m = meter.stop()
+    finally:
+        if spy is not None:
+            cpu_breakdown.stop(spy)
     # With two processes, a process whose work is done notices that the other's is too only
     # at its next idle poll (up to 0.2 s later): the phase ends when the last resume did.
     m["t_done"] = t_last + flushing
@@ -781,7 +789,7 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
     }
     m["pool"] = getattr(connection, "pool", None) is not None
     if flush_pushes is None:
-        m["checks"] += " (live pushes are sent at commit: no push tail to wait for)"
+        m["checks"] += " (live pushes sent before the worker loop returned)"
     connections.close_all()
     return m
 
@@ -1155,7 +1163,9 @@ class Bench:
         profile: dict[str, str] = {}
         if self.args.profile and system == TW and phase in PROFILED:
             self.args.profile.mkdir(parents=True, exist_ok=True)
-            profile = {"profile": str(self.args.profile.resolve() / f"{tag}.txt")}
+            out = self.args.profile.resolve() / f"{tag}.txt"
+            out.unlink(missing_ok=True)  # an earlier run's samples are not this one's
+            profile = {"profile": str(out)}
         if phase == "halt":
             prep = [
                 label for key in plan if key not in ("halt_warm", "halt") for label in plan[key]
@@ -1170,7 +1180,7 @@ class Bench:
             }
             res = self.run_one(system, spec, tag)
             ids.update(res.pop("ids"))
-            return res
+            return {**res, **profile}
         if phase in ("resume1", "decline"):
             warm_key = "resume1_warm" if phase == "resume1" else "decline_warm"
             timed_key = "halt" if phase == "resume1" else "decline"
@@ -1182,7 +1192,7 @@ class Bench:
                 "measure": True,
                 **profile,
             }
-            return self.run_one(system, spec, tag)
+            return {**self.run_one(system, spec, tag), **profile}
         # resume2: two processes, each deciding/resuming half, started together
         timed = pick("resume2")
         half = len(timed) // 2
@@ -1468,7 +1478,7 @@ class Bench:
         for phase, label in PHASES:
             if phase not in PROFILED or not tw[phase]:
                 continue
-            paths = sorted(self.args.profile.glob(f"r*-{phase}-tw.txt"))
+            paths = [Path(r["profile"]) for r in tw[phase] if r.get("profile")]
             cpu = statistics.median(per_op(tw, phase, "cpu_proc"))
             print(f"  {label} (samples in {self.args.profile}):")
             for line in cpu_breakdown.table(cpu_breakdown.samples_by_part(paths), cpu):
