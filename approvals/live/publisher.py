@@ -197,25 +197,31 @@ class _OwnLoop:
             if cls.loop is None or cls.thread is None or not cls.thread.is_alive():
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
-                    target=loop.run_forever, name="toolnexus-push-sends", daemon=True
+                    target=cls._run, args=(loop,), name="toolnexus-push-sends", daemon=True
                 )
                 thread.start()
                 cls.loop, cls.thread = loop, thread
             return cls.loop
 
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            loop.run_forever()
+        finally:
+            # Here, not in `close`'s caller, which may run a loop of its own: channels-redis
+            # closes its connections on this one by running it once more as it closes.
+            loop.close()
+
     @classmethod
     def close(cls) -> None:
-        """Stop and close the loop; the next send starts another. Closing it closes what a
-        Redis layer opened on it (channels-redis hooks the loop's close)."""
+        """Stop and close the loop (what a Redis layer opened on it closes with it); the next
+        send starts another."""
         with cls.lock:
             loop, thread = cls.loop, cls.thread
             cls.loop = cls.thread = None
-        if loop is None or thread is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        if not thread.is_alive():
-            loop.close()
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
 
     @classmethod
     def forget(cls) -> None:
