@@ -147,7 +147,8 @@ except ImportError:  # no Redis client installed: the in-memory layer
 
 def send(messages: Messages) -> None:
     """Send these messages in order: queued on the calling thread's serving loop (or the loop
-    running in it), or at once (waiting for them) where there is none."""
+    running in it), or at once where there is none, waiting at most SYNC_SEND_SECONDS (then
+    the send is cancelled and TimeoutError raised)."""
     layer = get_channel_layer()
     if layer is None or not messages:
         return
@@ -162,12 +163,12 @@ def send(messages: Messages) -> None:
     if running is not None:  # waiting here would stall that loop (or, on _OwnLoop's, hang)
         _LoopSender.queue(running, layer, messages)
         return
-    sending = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), _OwnLoop.get())
+    sending = _OwnLoop.submit(_send_all(layer, messages))
     try:
         sending.result(timeout=SYNC_SEND_SECONDS)
     except TimeoutError:
         sending.cancel()
-        raise
+        raise TimeoutError(f"not sent within {SYNC_SEND_SECONDS} s") from None
 
 
 # How long sync code waits for a send before giving up on it (and logging it): a layer that
@@ -192,7 +193,9 @@ class _OwnLoop:
     thread: threading.Thread | None = None
 
     @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
+    def submit(cls, coroutine: Any) -> Any:
+        """Run `coroutine` on the loop (a concurrent future of its result). Under the lock,
+        so a `close` meanwhile finds it scheduled, and finishes it before the loop closes."""
         with cls.lock:
             if cls.loop is None or cls.thread is None or not cls.thread.is_alive():
                 loop = asyncio.new_event_loop()
@@ -201,15 +204,19 @@ class _OwnLoop:
                 )
                 thread.start()
                 cls.loop, cls.thread = loop, thread
-            return cls.loop
+            return asyncio.run_coroutine_threadsafe(coroutine, cls.loop)
 
     @staticmethod
     def _run(loop: asyncio.AbstractEventLoop) -> None:
         try:
             loop.run_forever()
         finally:
-            # Here, not in `close`'s caller, which may run a loop of its own: channels-redis
-            # closes its connections on this one by running it once more as it closes.
+            # Sends submitted before the stop still go out. Then the close, here and not in
+            # `close`'s caller, which may run a loop of its own: channels-redis closes its
+            # connections on this loop by running it once more as it closes.
+            left = asyncio.all_tasks(loop)
+            if left:
+                loop.run_until_complete(asyncio.wait(left, timeout=SYNC_SEND_SECONDS))
             loop.close()
 
     @classmethod
@@ -221,7 +228,8 @@ class _OwnLoop:
             cls.loop = cls.thread = None
         if loop is not None and thread is not None:
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=5)
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
 
     @classmethod
     def forget(cls) -> None:

@@ -104,13 +104,18 @@ class _Layer:
     def __init__(self, *, fail=None, delay: float = 0.0) -> None:
         self.sent: list[tuple[str, dict]] = []
         self.loops: list[int] = []  # the loop each message was sent on
+        self.cancelled = 0  # sends cancelled while held
         self.release: asyncio.Event | None = None
         self.fail = fail or (lambda group, message: None)
         self.delay = delay
 
     async def group_send(self, group: str, message: dict) -> None:
         if self.release is not None:
-            await self.release.wait()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
         if self.delay:
             await asyncio.sleep(self.delay)
         if (error := self.fail(group, message)) is not None:
@@ -205,9 +210,11 @@ def test_a_forked_process_sends_on_a_loop_of_its_own(monkeypatch):
     if pid == 0:  # the child: report by exit code, never return into pytest
         code = 1
         try:
+            forgotten = publisher._OwnLoop.loop is None  # the fork hook's doing
             publisher.send(_batch(2))
             fresh = publisher._OwnLoop.loop is not parent_loop
-            code = 0 if fresh and layer.sent == _batch(1) + _batch(2) else 2
+            sent = layer.sent == _batch(1) + _batch(2)
+            code = 0 if forgotten and fresh and sent else 2
         finally:
             os._exit(code)
     deadline = time.monotonic() + 20
@@ -239,12 +246,13 @@ def test_a_send_from_sync_code_gives_up_on_a_layer_that_hangs(monkeypatch):
     layer.release = asyncio.Event()  # never set: every send hangs
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(publisher, "SYNC_SEND_SECONDS", 0.2)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match=r"not sent within 0\.2 s"):
         publisher.send(_batch(1))
     healthy = _Layer()
     monkeypatch.setattr(publisher, "get_channel_layer", lambda: healthy)
     publisher.send(_batch(2))  # the loop is free for the next one
     assert healthy.sent == _batch(2)
+    assert layer.cancelled == 1  # the hung send was called off, not left on the loop
 
 
 @pytest.mark.django_db(transaction=False)
@@ -260,6 +268,28 @@ def test_new_channel_layer_settings_close_the_loop_sync_sends_used(monkeypatch, 
     publisher.send(_batch(2))
     assert layer.sent == _batch(1) + _batch(2)
     assert publisher._OwnLoop.loop is not old
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_the_send_loop_closes_in_its_own_thread(settings):
+    """channels-redis closes its connections by running the loop once more as it closes: a
+    caller that runs a loop of its own (an async test changing settings) could not."""
+    import threading
+
+    publisher._OwnLoop.submit(asyncio.sleep(0)).result(timeout=2)  # the loop is up
+    loop = publisher._OwnLoop.loop
+    closed_in = []
+    original = loop.close
+
+    def close_as_channels_redis_does() -> None:
+        loop.run_until_complete(asyncio.sleep(0))  # its layers' flush
+        closed_in.append(threading.current_thread().name)
+        original()
+
+    loop.close = close_as_channels_redis_does
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    assert closed_in == ["toolnexus-push-sends"]
+    assert loop.is_closed()
 
 
 @pytest.mark.django_db(transaction=False)
