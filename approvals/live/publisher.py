@@ -5,16 +5,16 @@ one small message per affected page kind (the inbox, the run's page) and sends i
 hook. Messages carry facts, never HTML: a consumer renders what its own page shows
 (`rendering`), once per change and variant, and only when somebody watches.
 
-Where the send happens: on the event loop that `async_to_sync` would use from the calling
-thread (or the one running in it). In a view under a server, or in a worker, that is the
-process's long-lived loop, so
-channels-redis keeps one connection per process and the in-memory layer is used from the
-loop that owns it. There the hook only queues the messages (`_LoopSender`, one per loop,
-sending in order) and returns: the decision's response no longer waits for the sends, which
-took as long as the rest of the decision once the same server's pages took their share of
-that loop (about 10 ms of a 29 ms response, one reviewer, `decision_latency.py --trace`).
-Anywhere else (a management command, a WSGI view of a host project, a script, a sync test)
-the hook sends and waits, on one loop the process keeps for that (`_OwnLoop`).
+Where the send happens: on the calling thread's serving loop (the one `async_to_sync` would
+use from it), or the loop running in the thread itself. In a view under a server, or in a
+worker, that is the process's long-lived loop, so channels-redis keeps one connection per
+process and the in-memory layer is used from the loop that owns it. There the hook only
+queues the messages (`_LoopSender`, one per loop, sending in order) and returns: the
+decision's response no longer waits for the sends, which took as long as the rest of the
+decision once the same server's pages took their share of that loop (about 10 ms of a 29 ms
+response, one reviewer, `decision_latency.py --trace`). Anywhere else (a management
+command, a WSGI view of a host project, a script, a sync test) the hook sends and waits, at
+most SYNC_SEND_SECONDS, on one loop the process keeps for that (`_OwnLoop`).
 
 A failed push never undoes a committed change: pages re-render from the database on
 (re)connect, so a lost message costs a stale view until then, never a lost decision.
