@@ -741,7 +741,7 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
         t_last = worker.last_done
         f0 = time.monotonic()
         if flush_pushes is not None:
-            flush_pushes(60)  # the live-push lanes' rendering is part of the work
+            flush_pushes(60)  # a sync flush (older versions): their pushes are part of the work
         flushing = time.monotonic() - f0
         m = meter.stop()
     finally:
@@ -828,7 +828,7 @@ def run_child(system: str, spec_path: str) -> int:
     result = lg_child(spec) if system == LG else tw_child(spec)
     _emit(result)
     sys.stdout.flush()
-    os._exit(0)  # no interpreter teardown: daemon threads (live-push lanes) hold nothing
+    os._exit(0)  # no interpreter teardown: daemon threads (the push sends) hold nothing
 
 
 # --------------------------------------------------------------------------------------- #
