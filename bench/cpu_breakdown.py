@@ -103,7 +103,7 @@ def stop(spy: subprocess.Popen[str]) -> None:
         spy.wait()
 
 
-def _frame(frame: str) -> str:
+def frame_name(frame: str) -> str:
     # "func (path/file.py:123)" -> "func (path/file.py)"
     head, sep, rest = frame.partition(" (")
     return f"{head} ({rest.rstrip(')').rsplit(':', 1)[0]})" if sep else frame
@@ -128,7 +128,7 @@ def samples_by_part(paths: list[Path]) -> Counter[str]:
             stack, _, n = line.rpartition(" ")
             if not n.isdigit():
                 continue
-            counts[part_of([_frame(f) for f in stack.split(";") if f])] += int(n)
+            counts[part_of([frame_name(f) for f in stack.split(";") if f])] += int(n)
     return counts
 
 

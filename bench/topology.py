@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import cpu_breakdown
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
@@ -739,8 +741,8 @@ class Profiler:
     """py-spy (sampling, --nonblocking) on every server and worker for one phase."""
 
     def __init__(self, topo: Topology, out_dir: Path, label: str) -> None:
-        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        if not Path(exe).exists():
+        exe = cpu_breakdown.py_spy()
+        if exe is None:
             raise BenchError("--profile needs py-spy: pip install py-spy (into the venv)")
         self.exe = exe
         self.topo = topo
@@ -788,7 +790,7 @@ def profile_summary(path: Path, top: int = 8) -> list[str]:
             continue
         n = int(count)
         total += n
-        frames = [_frame_name(f) for f in stack.split(";") if f]
+        frames = [cpu_breakdown.frame_name(f) for f in stack.split(";") if f]
         role = _thread_role(frames)
         roles[role] = roles.get(role, 0) + n
         if frames:
@@ -827,15 +829,6 @@ def _thread_role(frames: list[str]) -> str:
     if "_worker (concurrent/futures/thread.py)" in joined:
         return "thread pool (sync views, db calls, async_to_sync loops)"
     return "main (event loop)"
-
-
-def _frame_name(frame: str) -> str:
-    # "func (path/file.py:123)" -> "func (path/file.py)"
-    head, sep, rest = frame.partition(" (")
-    if not sep:
-        return frame
-    where = rest.rstrip(")").rsplit(":", 1)[0]
-    return f"{head} ({where})"
 
 
 def require_websockets() -> None:
