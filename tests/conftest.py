@@ -33,8 +33,10 @@ def _no_connection_pool_in_this_process():
 
 
 @pytest.fixture
-def on_postgres(settings):
-    return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+def on_postgres():
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
 
 
 @pytest.fixture(autouse=True)

@@ -208,9 +208,12 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
     # psycopg's pool is on by default: a connection per request costs a TCP and auth
     # handshake each time (the decision path's benches measure it); DATABASE_POOL=0 opts out.
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
-        "DATABASE_POOL", True
-    ):
+    _on_postgres = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    if _on_postgres and env_bool("DATABASE_POOL", True):
+        # A pooled connection is checked at checkout by looking at its socket, not by a
+        # round trip to the server (approvals/db/postgresql/base.py).
+        DATABASES["default"]["ENGINE"] = "approvals.db.postgresql"
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
         DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
@@ -223,9 +226,7 @@ if DATABASE_URL:
     # connection, not on every call (bench/vs_langgraph.py, docs/operations.md).
     # DATABASE_PREPARED=0 binds on the client as Django does by default: for a pooler that
     # cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
-        "DATABASE_PREPARED", True
-    ):
+    if _on_postgres and env_bool("DATABASE_PREPARED", True):
         _options = DATABASES["default"].setdefault("OPTIONS", {})
         _options.setdefault("server_side_binding", True)
         _options.setdefault("prepare_threshold", 5)

@@ -85,3 +85,31 @@ def test_a_read_prepared_before_a_migration_changed_its_columns_runs_again():
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE {table}")
+
+
+def _database(tmp_path, **extra) -> dict:
+    done = _python(
+        tmp_path,
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "d = s.DATABASES['default']; print(json.dumps({k: d[k] for k in "
+        "('ENGINE', 'CONN_HEALTH_CHECKS', 'CONN_MAX_AGE')} | {'pool': 'pool' in d['OPTIONS']}))",
+        **extra,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_pooled_postgresql_checks_connections_by_their_socket(tmp_path):
+    database = _database(tmp_path, DATABASE_URL=PG_URL)
+    assert database == {
+        "ENGINE": "approvals.db.postgresql",
+        "CONN_HEALTH_CHECKS": False,  # the pool's round-trip check: this backend's instead
+        "CONN_MAX_AGE": 0,
+        "pool": True,
+    }
+
+
+def test_database_pool_0_keeps_djangos_backend_and_its_health_checks(tmp_path):
+    database = _database(tmp_path, DATABASE_URL=PG_URL, DATABASE_POOL="0")
+    assert database["ENGINE"] == "django.db.backends.postgresql"
+    assert database["CONN_HEALTH_CHECKS"] is True and database["pool"] is False
