@@ -10,8 +10,10 @@ them, and rows read back go through the fields' converters into model instances
 (`Model.from_db`).
 
 Conditions are equalities (never with None: say `<field>__isnull`), `<field>__ne` (SQL `<>`,
-which, unlike `exclude()`, never matches a NULL) and `<field>__isnull`. Values are plain
-values, not expressions: counters are added with `add`. These statements send no model
+which, unlike `exclude()`, never matches a NULL), `<field>__in` (a list of values; the
+shape is per count, and an empty list matches nothing without a statement) and
+`<field>__isnull`. Values are plain values, not expressions: counters are added with
+`add`. These statements send no model
 signals (as `QuerySet.update` and `bulk_create` send none), so the `save()` calls they
 replaced on the decision path no longer send `pre_save`/`post_save` for those rows.
 `UPDATE ... RETURNING` and `INSERT ... RETURNING` need SQLite 3.35 or newer (check E008).
@@ -19,7 +21,7 @@ replaced on the decision path no longer send `pre_save`/`post_save` for those ro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -48,6 +50,8 @@ def select(
     connection = connections[alias]
     if for_update and connection.get_autocommit():
         raise TransactionManagementError("select(for_update=True) outside of a transaction")
+    if _matches_nothing(where):
+        return []
     shape = _select_sql(model, alias, _shape_keys(where), tuple(order_by), limit, for_update)
     with connection.cursor() as cursor:
         cursor.execute(shape.sql, _where_params(shape, where, connection))
@@ -71,6 +75,8 @@ def update(
     as it is now (an instance) or None."""
     if not values and not add:
         raise ValueError("update() with nothing to set")
+    if _matches_nothing(where):
+        return None if returning else 0
     alias = router.db_for_write(model)
     connection = connections[alias]
     shape = _update_sql(
@@ -157,10 +163,15 @@ def _where_clause(
     parts, conditions = [], []
     for key in keys:
         name, _, op = key.partition("__")
+        op, _, count = op.partition("#")  # `__in#3`: three values
         field = _field(model, name)
         column = _quote(alias, field.column)
         if op in ("isnull", "notnull"):  # no value: the test is part of the shape
             parts.append(f"{column} IS {'NOT ' if op == 'notnull' else ''}NULL")
+            continue
+        if op == "in":
+            conditions.append((key, field))
+            parts.append(f"{column} IN ({', '.join(['%s'] * int(count))})")
             continue
         if op not in _OPERATORS:
             raise ValueError(f"unsupported condition {key!r}")
@@ -169,23 +180,42 @@ def _where_clause(
     return " AND ".join(parts) or "1 = 1", conditions
 
 
+def _matches_nothing(where: Mapping[str, Any]) -> bool:
+    """An `__in` condition with no values (`IN ()` is no SQL): no row, no statement."""
+    return any(k.endswith("__in") and not _values(k, v) for k, v in where.items())
+
+
+def _values(key: str, value: Any) -> list[Any]:
+    """An `__in` condition's values."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Collection):
+        raise TypeError(f"{key}: a list of values")
+    return list(value)
+
+
 def _where_params(shape: _Shape, where: Mapping[str, Any], connection: Any) -> list[Any]:
     params = []
     for key, field in shape.conditions:
-        value = where[key]
-        if value is None:  # `= NULL` matches nothing, where the ORM's `f=None` is IS NULL
-            raise ValueError(f"{key}: None; say {key.partition('__')[0]}__isnull")
-        params.append(field.get_db_prep_value(_plain(key, value), connection, prepared=False))
+        name = key.partition("#")[0]
+        values = _values(name, where[name]) if name.endswith("__in") else [where[name]]
+        for value in values:
+            if value is None:  # `= NULL` matches nothing, where the ORM's `f=None` is IS NULL
+                raise ValueError(f"{name}: None; say {name.partition('__')[0]}__isnull")
+            params.append(field.get_db_prep_value(_plain(name, value), connection, prepared=False))
     return params
 
 
 def _shape_keys(where: Mapping[str, Any]) -> tuple[str, ...]:
     """`where`'s keys as a shape: `<field>__isnull` becomes `__isnull` or `__notnull` by its
-    value, which the SQL carries (a NULL test takes no parameter)."""
-    return tuple(
-        (k if v else k.removesuffix("__isnull") + "__notnull") if k.endswith("__isnull") else k
-        for k, v in where.items()
-    )
+    value, which the SQL carries (a NULL test takes no parameter); `<field>__in` carries its
+    count (`__in#3`)."""
+    keys = []
+    for k, v in where.items():
+        if k.endswith("__isnull"):
+            k = k if v else k.removesuffix("__isnull") + "__notnull"
+        elif k.endswith("__in"):
+            k = f"{k}#{len(_values(k, v))}"
+        keys.append(k)
+    return tuple(keys)
 
 
 def _columns(model: type[Model], alias: str) -> tuple[str, tuple[Field, ...]]:

@@ -126,7 +126,7 @@ def run_body(run_id: int, *, can_decide: bool, open_can_decide: bool | None = No
     """The run page's live region, out of band (`can_decide`: the run's own actions;
     `open_can_decide`: its open request's card, when that differs)."""
     open_decide = can_decide if open_can_decide is None else open_can_decide
-    run = Run.objects.filter(pk=run_id).select_related("started_by").first()
+    run = selectors.run_row(run_id)  # its starter is read with its requests
     if run is None:
         return render_to_string("approvals/_live.html#run-gone")
     return render_to_string(

@@ -362,7 +362,7 @@ def request_card(
     agent = agents.get(row.agent)
     card = RequestCard(row=row, can_decide=can_decide, message=message, level=level)
     server = mcp_server_of(row)
-    for call in row.calls.all():
+    for call in row.call_list():
         schema = agent.tool_schema(call.tool_name) if agent else None
         has_executor = bool(agent and agent.executor_for(call.tool_name))
         card.calls.append(

@@ -394,11 +394,7 @@ def run_context_for(
     differ (the starter rule): `open_can_decide` says so, or `viewer` has it asked of
     `can_decide_request`; with neither it follows `can_decide`."""
     decide = can_decide
-    requests = list(
-        run.requests.select_related("decided_by")
-        .prefetch_related("calls")
-        .order_by("created_at", "id")
-    )
+    requests = selectors.run_requests(run)
     # MCP tools are journaled under "<server> · <tool>": which server each call went to.
     journaled = list(
         run.executions.filter(tool_name__contains=agents.MCP_LABEL_SEPARATOR).values_list(

@@ -66,7 +66,7 @@ def timeline(
     decided_calls: dict[str, RequestCall] = {}
     waiting_calls: set[str] = set()
     for r in requests:
-        for c in r.calls.all():
+        for c in r.call_list():
             if r.state == State.PENDING:
                 waiting_calls.add(c.call_id)
             else:

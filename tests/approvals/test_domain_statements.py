@@ -136,6 +136,22 @@ def test_select_reads_instances_in_order_with_their_converted_values():
     }
 
 
+def test_an_in_condition_matches_any_of_its_values_with_a_shape_per_count():
+    runs = [_run(status=status) for status in ("queued", "running", "done")]
+    ids = [r.pk for r in runs]
+    found = statements.select(Run, {"pk__in": ids[:2]}, order_by=("id",))
+    assert [r.pk for r in found] == ids[:2]
+    found = statements.select(Run, {"pk__in": ids, "status__ne": "running"}, order_by=("-id",))
+    assert [r.pk for r in found] == [ids[2], ids[0]]
+    assert statements.select(Run, {"pk__in": (ids[1],)})[0].status == "running"
+    with CaptureQueriesContext(connection) as ctx:
+        assert statements.select(Run, {"pk__in": []}) == []  # IN () is no SQL: nothing runs
+        assert statements.update(Run, {"pk__in": []}, {"error": "x"}) == 0
+    assert ctx.captured_queries == []
+    assert statements.update(Run, {"pk__in": ids[1:]}, {"error": "x"}) == 2
+    assert sorted(Run.objects.filter(error="x").values_list("pk", flat=True)) == ids[1:]
+
+
 def test_insert_writes_several_rows_in_one_statement_with_their_defaults():
     run = _run()
     rows = [
@@ -165,7 +181,11 @@ def test_an_insert_that_breaks_a_unique_key_raises_djangos_integrity_error():
 def test_what_would_not_mean_what_the_orm_means_is_refused():
     run = _run()
     with pytest.raises(ValueError, match="unsupported condition"):
-        statements.update(Run, {"status__in": ["queued"]}, {"error": ""})
+        statements.update(Run, {"status__gt": "queued"}, {"error": ""})
+    with pytest.raises(TypeError, match="a list of values"):
+        statements.select(Run, {"status__in": "queued"})  # a string is no list of values
+    with pytest.raises(ValueError, match="status__isnull"):
+        statements.select(Run, {"status__in": ["queued", None]})
     # `= NULL` matches nothing where the ORM's `finished_at=None` is IS NULL.
     with pytest.raises(ValueError, match="finished_at__isnull"):
         statements.update(Run, {"finished_at": None}, {"error": ""})

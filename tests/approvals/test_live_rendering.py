@@ -243,9 +243,10 @@ def test_a_shared_count_frame_follows_the_count_cap(settings):
 
 
 def test_a_run_pages_renderings_read_only_what_they_show():
-    """The whole body: the run, its requests, their calls and the MCP journal, each read from
-    its own table (calls and executions joined the request and run tables only to sort by
-    them); the status line alone: one read of the run, without its transcript."""
+    """The whole body: the run, its requests, their calls, the people they name (its starter
+    and the deciders, in one read) and the MCP journal, each read from its own table (calls
+    and executions joined the request and run tables only to sort by them); the status line
+    alone: one read of the run, without its transcript."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -254,7 +255,9 @@ def test_a_run_pages_renderings_read_only_what_they_show():
     with CaptureQueriesContext(connection) as whole:
         body = rendering.run_body(run.pk, can_decide=True)
     reads = [q["sql"] for q in whole.captured_queries]
-    assert len(reads) == 4, reads
+    assert len(reads) == 5, reads
+    people = [s for s in reads if 'FROM "auth_user"' in s]
+    assert len(people) == 1, reads
     calls = [s for s in reads if s.startswith('SELECT "approvals_requestcall"')]
     journal = [s for s in reads if 'FROM "approvals_toolexecution"' in s]
     assert calls and journal and not any("JOIN" in s for s in calls + journal), reads

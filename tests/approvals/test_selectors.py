@@ -675,3 +675,43 @@ def test_a_changed_claim_time_is_a_statement_of_its_own(settings):
     assert selectors.inbox_counts(InboxQuery(), user_id=me.pk)["unclaimed"] == 0  # never
     settings.TOOLNEXUS_CLAIM_MINUTES = 90
     assert selectors.inbox_counts(InboxQuery(), user_id=me.pk)["unclaimed"] == 0  # active
+
+
+# -- a run page's reads ------------------------------------------------------------------
+
+
+def test_run_requests_read_each_request_with_its_calls_decider_starter_and_run():
+    from approvals.models import RequestCall, Run
+
+    starter, decider = make_user(username="starter"), make_user(username="decider")
+    first = make_request(age=timedelta(minutes=2))
+    run = first.run
+    Run.objects.filter(pk=run.pk).update(started_by=starter)
+    first.calls.create(position=1, call_id="second", tool_name="email", input={"to": "x"})
+    ApprovalRequest.objects.filter(pk=first.pk).update(
+        state="declined", decided_by=decider, decided_at=timezone.now()
+    )
+    later = ApprovalRequest.objects.create(
+        run=run, agent="demo", request_id="later", kind="question", prompt="Why?"
+    )
+    fresh = selectors.run_row(run.pk)
+    rows = selectors.run_requests(fresh)
+    assert [r.pk for r in rows] == [first.pk, later.pk]
+    assert fresh.started_by == starter
+    assert rows[0].decided_by == decider and rows[1].decided_by is None
+    assert [c.call_id for c in rows[0].call_list()] == [first.call_list()[0].call_id, "second"]
+    assert rows[1].call_list() == []
+    assert all(c.request is rows[0] for c in rows[0].call_list())
+    assert all(r.run is fresh for r in rows)
+    assert isinstance(rows[0].call_list()[1], RequestCall)
+    assert selectors.run_row(run.pk + 1000) is None
+
+
+def test_a_run_without_requests_still_has_its_starter_read():
+    from approvals.models import Run
+
+    starter = make_user(username="lonely-starter")
+    run = Run.objects.create(agent="demo", prompt="p", started_by=starter)
+    fresh = selectors.run_row(run.pk)
+    assert selectors.run_requests(fresh) == []
+    assert fresh.started_by == starter
