@@ -321,3 +321,29 @@ def test_may_decide_for_a_pushed_request_applies_the_starter_rule(settings):
     assert not permissions.can_decide_request(starter, row)
     assert permissions.can_decide_request(starter, row, approving=False)
     assert permissions.can_decide_request(make_user(role="reviewer"), row)
+
+
+def test_the_access_read_compiled_once_gives_each_user_the_orms_rows(world):
+    """The access query is compiled once per database with a stand-in user id and run with
+    each user's: the rows are the ORM's own for that user (flags compared as truth values:
+    SQLite gives 0 and 1)."""
+    from django.contrib.auth.models import Permission
+
+    direct = make_user(role="watcher")
+    direct.user_permissions.add(Permission.objects.get(codename="decide_request"))
+    world.owner.user_permissions.add(Permission.objects.get(codename="decide_request"))
+
+    def normal(rows):
+        return sorted(
+            tuple(bool(v) if isinstance(v, (bool, int)) and i >= 5 else v for i, v in enumerate(r))
+            for r in rows
+        )
+
+    for user in (world.owner, world.auditor, world.outsider, direct):
+        for with_permissions in (True, False):
+            orm = permissions._access_query(user.pk, with_permissions=with_permissions)
+            rows = permissions._access_rows(user, with_permissions=with_permissions)
+            assert normal(rows) == normal(orm), (user.username, with_permissions)
+    assert any(r[0] == "p" for r in permissions._access_rows(direct, with_permissions=True))
+    owner_rules = {r[4]: r for r in permissions._access_rows(world.owner, with_permissions=False)}
+    assert sorted(bool(r[6]) for r in owner_rules.values()) == [False, True]  # one group of two
