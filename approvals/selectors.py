@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from django.db import connections
@@ -1052,6 +1053,31 @@ def _each_capped_statement(
 
 def _each_capped_with_waiting(shape: _CountShape, at: Any) -> _Statement:
     return _each_capped_statement(shape, at, with_waiting=True)
+
+
+def pending_count(*, hidden_agents: Collection[str] = ()) -> int:
+    """Pending requests of the agents not hidden, up to the cap + 1 (`count_label` reads
+    it). Every change a live inbox follows asks it, so it is compiled once per database,
+    hidden agents and cap."""
+    statement = _pending_count_sql(
+        ApprovalRequest.objects.db, tuple(sorted(hidden_agents)), count_cap()
+    )
+    connection = connections[statement.db]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":  # literals, as `_run` says why
+            cursor.execute(connection.ops.compose_sql(statement.sql, list(statement.params)))
+        else:
+            cursor.execute(statement.sql, statement.params)
+        return int(cursor.fetchone()[0] or 0)
+
+
+@lru_cache(maxsize=64)
+def _pending_count_sql(db: str, hidden_agents: tuple[str, ...], cap: int) -> _Sql:
+    scope = ApprovalRequest.objects.using(db).filter(state=ApprovalRequest.State.PENDING)
+    if hidden_agents:
+        scope = scope.exclude(agent__in=hidden_agents)
+    counted = _capped_sql(scope, cap)
+    return _Sql(f"SELECT {counted.sql}", counted.params, counted.db)
 
 
 def count_cap() -> int:

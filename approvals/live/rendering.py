@@ -183,8 +183,7 @@ def request_list(user, params: dict[str, str], page: int | str | None) -> str:
 
 def pending_count(hidden: frozenset[str] = frozenset()) -> int:
     """Pending requests of the agents a viewer sees (`hidden`: the others), up to the cap."""
-    scope = selectors.request_list(state="pending", hidden_agents=hidden).order_by()
-    return scope[: selectors.count_cap() + 1].count()  # COUNT over a LIMITed subquery
+    return selectors.pending_count(hidden_agents=hidden)
 
 
 async def count_for_change(*, change: str, hidden: frozenset[str] = frozenset()) -> int:

@@ -715,3 +715,20 @@ def test_a_run_without_requests_still_has_its_starter_read():
     fresh = selectors.run_row(run.pk)
     assert selectors.run_requests(fresh) == []
     assert fresh.started_by == starter
+
+
+def test_the_pending_count_compiled_once_follows_hidden_agents_and_the_cap(settings):
+    for agent in ("demo", "demo", "other"):
+        make_request(agent=agent)
+    decided = make_request(agent="demo")
+    ApprovalRequest.objects.filter(pk=decided.pk).update(
+        state="declined", decided_at=timezone.now()
+    )
+    assert selectors.pending_count() == 3
+    assert selectors.pending_count(hidden_agents={"demo"}) == 1
+    assert selectors.pending_count(hidden_agents=["other", "demo"]) == 0
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 1
+    assert selectors.pending_count() == 2  # stops at the cap + 1: "1+"
+    make_request(agent="other")
+    settings.TOOLNEXUS_INBOX_COUNT_CAP = 1000
+    assert selectors.pending_count(hidden_agents={"demo"}) == 2  # a new row is counted
