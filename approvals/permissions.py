@@ -114,24 +114,26 @@ def _access_rows(user: Any, *, with_permissions: bool):
     Every page, API call and live socket asks it, so for a signed-in user it is compiled once
     per database and run with the user's id (compiling it took longer than running it)."""
     user_id = user.pk if user is not None and user.is_authenticated else None
-    if user_id is None:
-        return list(_access_query(None, with_permissions=with_permissions))
-    alias = router.db_for_read(Permission)
+    key = get_user_model()._meta.pk
+    if user_id is None or not isinstance(key, IntegerField):  # a UUID or text key: the ORM
+        return list(_access_query(user_id, with_permissions=with_permissions))
+    alias = router.db_for_read(Permission if with_permissions else AgentPolicy)
     sql, params = _compiled_access(alias, with_permissions)
-    bound = [user_id if p == _STAND_IN_USER else p for p in params]
+    user_param = key.get_db_prep_value(user_id, connections[alias], prepared=False)
+    bound = [user_param if p == _STAND_IN_USER else p for p in params]
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, bound)
         return cursor.fetchall()
 
 
-# The user id `_compiled_access` compiles with, then replaced by the real one: a value no
-# key takes (ids are positive) and the statement's only parameters of that value.
+# The user id `_compiled_access` compiles with (for integer keys), then replaced by the real
+# one: a value no key takes (ids are positive) and the statement's only parameters of it.
 _STAND_IN_USER = -7_301_931
 
 
 @functools.lru_cache(maxsize=8)
 def _compiled_access(alias: str, with_permissions: bool) -> tuple[str, tuple]:
-    rows = _access_query(_STAND_IN_USER, with_permissions=with_permissions)
+    rows = _access_query(_STAND_IN_USER, with_permissions=with_permissions).using(alias)
     sql, params = rows.query.get_compiler(using=alias).as_sql()
     if list(params).count(_STAND_IN_USER) != (3 if with_permissions else 1):
         raise RuntimeError(f"the access query's user id is not where it was: {params}")
@@ -164,7 +166,7 @@ def _access_query(user_id: Any, *, with_permissions: bool):
     if not with_permissions:
         return rules
     perms = (
-        Permission.objects.filter(Q(user__id=user_id) | Q(group__user__id=user_id))
+        Permission.objects.filter(Q(user__pk=user_id) | Q(group__user__pk=user_id))
         .order_by()
         .annotate(
             kind=Value("p", output_field=text),

@@ -160,8 +160,11 @@ def run_requests(run: Run) -> list[ApprovalRequest]:
 def _users_by_id(ids: Collection[Any]) -> dict[Any, Any]:
     from django.contrib.auth import get_user_model
 
+    User = get_user_model()
     wanted = sorted(i for i in ids if i is not None)
-    return {u.pk: u for u in statements.select(get_user_model(), {"pk__in": wanted})}
+    if User._meta.parents:  # a user model inheriting another's table: the ORM joins them
+        return User._base_manager.in_bulk(wanted) if wanted else {}
+    return {u.pk: u for u in statements.select(User, {"pk__in": wanted})}
 
 
 def run_page_list(*, hidden_agents: Collection[str] = ()) -> QuerySet[Run]:

@@ -10,8 +10,8 @@ them, and rows read back go through the fields' converters into model instances
 (`Model.from_db`).
 
 Conditions are equalities (never with None: say `<field>__isnull`), `<field>__ne` (SQL `<>`,
-which, unlike `exclude()`, never matches a NULL), `<field>__in` (a list of values; the
-shape is per count, and an empty list matches nothing without a statement) and
+which, unlike `exclude()`, never matches a NULL), `<field>__in` (a list of values, one
+shape per power of two; an empty list matches nothing without a statement) and
 `<field>__isnull`. Values are plain values, not expressions: counters are added with
 `add`. These statements send no model
 signals (as `QuerySet.update` and `bulk_create` send none), so the `save()` calls they
@@ -185,6 +185,12 @@ def _matches_nothing(where: Mapping[str, Any]) -> bool:
     return any(k.endswith("__in") and not _values(k, v) for k, v in where.items())
 
 
+def _padded(count: int) -> int:
+    """How many values an `__in` shape takes for `count`: the next power of two, so that the
+    shapes (and the statements PostgreSQL prepares) stay few."""
+    return 1 << max(0, count - 1).bit_length()
+
+
 def _values(key: str, value: Any) -> list[Any]:
     """An `__in` condition's values."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Collection):
@@ -196,7 +202,11 @@ def _where_params(shape: _Shape, where: Mapping[str, Any], connection: Any) -> l
     params = []
     for key, field in shape.conditions:
         name = key.partition("#")[0]
-        values = _values(name, where[name]) if name.endswith("__in") else [where[name]]
+        if name.endswith("__in"):  # padded with its last value: a shape per power of two
+            values = _values(name, where[name])
+            values += values[-1:] * (_padded(len(values)) - len(values))
+        else:
+            values = [where[name]]
         for value in values:
             if value is None:  # `= NULL` matches nothing, where the ORM's `f=None` is IS NULL
                 raise ValueError(f"{name}: None; say {name.partition('__')[0]}__isnull")
@@ -213,12 +223,14 @@ def _shape_keys(where: Mapping[str, Any]) -> tuple[str, ...]:
         if k.endswith("__isnull"):
             k = k if v else k.removesuffix("__isnull") + "__notnull"
         elif k.endswith("__in"):
-            k = f"{k}#{len(_values(k, v))}"
+            k = f"{k}#{_padded(len(_values(k, v)))}"
         keys.append(k)
     return tuple(keys)
 
 
 def _columns(model: type[Model], alias: str) -> tuple[str, tuple[Field, ...]]:
+    if model._meta.parents:  # its fields live in two tables: only the ORM joins them
+        raise ValueError(f"{model.__name__} inherits another model's table")
     fields = tuple(model._meta.concrete_fields)
     table = _quote(alias, model._meta.db_table)
     return ", ".join(f"{table}.{_quote(alias, f.column)}" for f in fields), fields

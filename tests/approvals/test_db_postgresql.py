@@ -9,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 from psycopg_pool import ConnectionPool
 
 from approvals.db.postgresql import base as backend
@@ -95,10 +95,12 @@ def test_a_healthy_pooled_connection_is_taken_without_a_round_trip(pooled, monke
 def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkout(
     pooled, monkeypatch
 ):
+    pooled.pool.open(wait=True)  # both connections open: a checkout takes one of them
     pids = {_backend_pid(pooled)}
     pooled.close()
     with pooled.pool.connection() as held:  # the other idle one, so the pool has both
         pids.add(held.execute("SELECT pg_backend_pid()").fetchone()[0])
+    assert len(pids) == 2
     with connection.cursor() as cursor:  # another session terminates both, as a restart would
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [list(pids)]
@@ -116,3 +118,21 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkou
     pid = _backend_pid(pooled)  # the caller's first query works
     assert pid not in pids
     assert len(calls) >= 1  # only the connections that had spoken were sent the statement
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_when_no_pooled_connection_answers_the_checkout_fails_and_keeps_none(pooled, monkeypatch):
+    pooled.ensure_connection()
+    pooled.close()
+    monkeypatch.setattr(backend, "has_spoken", lambda conn: True)
+    monkeypatch.setattr(
+        ConnectionPool,
+        "check_connection",
+        staticmethod(lambda conn: (_ for _ in ()).throw(OSError("no answer"))),
+    )
+    with pytest.raises(OperationalError, match="none of 3 pooled connections"):
+        pooled.ensure_connection()
+    monkeypatch.undo()
+    assert pooled.pool.get_stats()["pool_size"] <= 2  # none was kept out of the pool
+    assert _backend_pid(pooled) > 0  # the pool opened new ones: the next checkout works

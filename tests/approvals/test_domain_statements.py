@@ -144,12 +144,21 @@ def test_an_in_condition_matches_any_of_its_values_with_a_shape_per_count():
     found = statements.select(Run, {"pk__in": ids, "status__ne": "running"}, order_by=("-id",))
     assert [r.pk for r in found] == [ids[2], ids[0]]
     assert statements.select(Run, {"pk__in": (ids[1],)})[0].status == "running"
+    # Three values take the shape of four (the last one again): one shape per power of two.
+    fourth = _run()
+    assert statements._shape_keys({"pk__in": ids}) == statements._shape_keys(
+        {"pk__in": [*ids, fourth.pk]}
+    )
+    assert statements._shape_keys({"pk__in": ids[:2]}) != statements._shape_keys({"pk__in": ids})
+    assert len(statements.select(Run, {"pk__in": ids})) == 3
+    assert len(statements.select(Run, {"pk__in": [*ids, fourth.pk]})) == 4
     with CaptureQueriesContext(connection) as ctx:
         assert statements.select(Run, {"pk__in": []}) == []  # IN () is no SQL: nothing runs
         assert statements.update(Run, {"pk__in": []}, {"error": "x"}) == 0
     assert ctx.captured_queries == []
-    assert statements.update(Run, {"pk__in": ids[1:]}, {"error": "x"}) == 2
+    assert statements.update(Run, {"pk__in": ids[1:]}, {"error": "x"}) == 2  # 2 of 4 slots
     assert sorted(Run.objects.filter(error="x").values_list("pk", flat=True)) == ids[1:]
+    assert statements.update(Run, {"pk__in": ids}, {"error": "y"}) == 3  # 3 of 4 slots
 
 
 def test_insert_writes_several_rows_in_one_statement_with_their_defaults():

@@ -65,14 +65,24 @@ def usable(conn: Any) -> bool:
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_new_connection(self, conn_params):
         connection = super().get_new_connection(conn_params)
-        pool = self.pool
-        if pool is None:
+        if self.pool is None:
             return connection
         # Every connection in the pool may have been cut at once (a restart): once the pool
         # has dropped as many as it holds, the next is one it opened since.
-        for _ in range(pool.max_size):
-            if usable(connection):
+        attempts = self.pool.max_size + 1
+        for attempt in range(attempts):
+            # The pool the connection came from, as Django's own close returns it there.
+            pool = connection._pool
+            try:
+                ok = usable(connection)
+            except BaseException:
+                pool.putconn(connection)
+                raise
+            if ok:
                 return connection
             pool.putconn(connection)  # closed: the pool drops it and opens another
-            connection = super().get_new_connection(conn_params)
-        return connection
+            if attempt + 1 < attempts:
+                connection = super().get_new_connection(conn_params)
+        raise self.Database.OperationalError(
+            f"none of {attempts} pooled connections answered the server's check"
+        )
