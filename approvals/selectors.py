@@ -858,15 +858,19 @@ def _run(statement: _Statement, now: Any) -> dict[str, int]:
     filter menu's option that matches no row (a decided state, a rare kind) is estimated
     as common and its count reads to the end of an index (100k pending: 27 ms for the
     inbox's first count instead of 2)."""
-    bound = statement.sql.at(now)
+    values = _fetch_one(statement.sql.at(now))
+    return {name: int(value or 0) for name, value in zip(statement.columns, values, strict=True)}
+
+
+def _fetch_one(bound: _Sql) -> tuple:
+    """A compiled statement's one row, its values as literals on PostgreSQL (`_run`)."""
     connection = connections[bound.db]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(connection.ops.compose_sql(bound.sql, list(bound.params)))
         else:
             cursor.execute(bound.sql, bound.params)
-        values = cursor.fetchone()
-    return {name: int(value or 0) for name, value in zip(statement.columns, values, strict=True)}
+        return cursor.fetchone()
 
 
 def _select(parts: Mapping[str, _Sql], **extra: Any) -> _Statement:
@@ -1065,13 +1069,7 @@ def pending_count(*, hidden_agents: Collection[str] = ()) -> int:
     statement = _pending_count_sql(
         ApprovalRequest.objects.db, tuple(sorted(hidden_agents)), count_cap()
     )
-    connection = connections[statement.db]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":  # literals, as `_run` says why
-            cursor.execute(connection.ops.compose_sql(statement.sql, list(statement.params)))
-        else:
-            cursor.execute(statement.sql, statement.params)
-        return int(cursor.fetchone()[0] or 0)
+    return int(_fetch_one(statement)[0] or 0)
 
 
 @lru_cache(maxsize=64)
