@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME = 4096  # clients have nothing to say; a large frame is a misbehaving client
 RECHECK_SECONDS = 30.0  # how stale a viewer's checked access may be when a push arrives
-# Close codes: the page says "signed out" / "not allowed" / "too many live pages".
-SIGNED_OUT, FORBIDDEN, TOO_MANY = 4401, 4403, 4429
+# Close codes: the page says "signed out" / "not allowed" / "gone" / "too many live pages".
+SIGNED_OUT, FORBIDDEN, GONE, TOO_MANY = 4401, 4403, 4404, 4429
 # A user's open-socket count lives in the cache (shared by every server process when
 # TOOLNEXUS_CACHE_URL names one); refreshed on every connect, so a count left by a killed
 # process lapses instead of locking the user out for good.
@@ -64,6 +64,9 @@ def session_tag(session_key: str | None) -> str:
 
 class _Base(AsyncWebsocketConsumer):
     permission = ""
+    # What the page follows does not exist (yet): its page is told so and the socket closes
+    # without joining any group, since access could not be checked against it.
+    missing = False
 
     async def dispatch(self, message: dict) -> None:
         """As channels' own, but its hop to close stale database connections comes only
@@ -87,7 +90,12 @@ class _Base(AsyncWebsocketConsumer):
             return
         self.can_decide, allowed = await database_sync_to_async(self._permissions)(user)
         if not allowed:
-            await self.close(code=4403)
+            await self.close(code=FORBIDDEN)
+            return
+        if self.missing:
+            await self.accept()
+            await self.push(await database_sync_to_async(self.missing_html)())
+            await self.close(code=GONE)
             return
         self.user_id = user.pk
         session = self.scope.get("session")
@@ -250,6 +258,9 @@ class _Base(AsyncWebsocketConsumer):
 
     def snapshot(self, user) -> str:
         raise NotImplementedError
+
+    def missing_html(self) -> str:
+        return ""
 
 
 PRESENCE_SECONDS = 60  # a page says what it shows every 25 s (app.js); gone after this
@@ -603,13 +614,18 @@ class RunConsumer(_Base):
         return [run_group(self.run_id)]
 
     def _permissions(self, user) -> tuple[bool, bool]:
-        """The page's permission, and the run's agent visible to this viewer (a missing run
-        is allowed: its page says it no longer exists)."""
+        """The page's permission, and the run's agent visible to this viewer. A run that does
+        not exist is `missing`: its page is told so and nothing follows, since run ids are
+        sequential and a socket waiting for the next one would get a run of any agent."""
         can_decide, allowed = super()._permissions(user)
         run = Run.objects.filter(pk=self.run_id).values("agent", "started_by_id").first()
+        self.missing = run is None
         self.run_agent = run["agent"] if run else ""
         self.run_starter = run["started_by_id"] if run else None
         return can_decide, allowed and (run is None or self.rights.can_view(self.run_agent))
+
+    def missing_html(self) -> str:
+        return rendering.run_gone()
 
     def _variants(self) -> dict[str, bool]:
         return {

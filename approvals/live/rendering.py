@@ -122,13 +122,18 @@ async def card_for_change(request_pk: int, *, change: str, can_decide: bool, oob
     )
 
 
+def run_gone() -> str:
+    """The run page's live region for a run that does not exist (any more)."""
+    return render_to_string("approvals/_live.html#run-gone")
+
+
 def run_body(run_id: int, *, can_decide: bool, open_can_decide: bool | None = None) -> str:
     """The run page's live region, out of band (`can_decide`: the run's own actions;
     `open_can_decide`: its open request's card, when that differs)."""
     open_decide = can_decide if open_can_decide is None else open_can_decide
     run = selectors.run_row(run_id)  # its starter is read with its requests
     if run is None:
-        return render_to_string("approvals/_live.html#run-gone")
+        return run_gone()
     return render_to_string(
         "approvals/run_detail.html#run-body",
         {
@@ -159,7 +164,7 @@ def run_head(run_id: int, *, can_decide: bool) -> str:
         .first()
     )
     if run is None:
-        return render_to_string("approvals/_live.html#run-gone")
+        return run_gone()
     return render_to_string(
         "approvals/run_detail.html#run-head",
         {"run": run, "can_decide": can_decide, "head_oob": True, **NO_REQUEST},

@@ -491,14 +491,64 @@ async def test_run_consumer_for_a_watcher_sends_the_view_variant():
         await comm.disconnect()
 
 
-async def test_run_consumer_for_a_missing_run_says_so():
+async def test_run_consumer_for_a_missing_run_says_so_and_closes():
     reviewer = await user_of("reviewer")
     comm, snapshot = await open_socket("/ws/runs/999999/", reviewer)
     try:
         assert 'id="run-body"' in snapshot
         assert "This run no longer exists." in snapshot
+        assert await comm.receive_output(timeout=TIMEOUT) == {
+            "type": "websocket.close",
+            "code": 4404,
+        }
     finally:
         await comm.disconnect()
+
+
+async def test_a_socket_opened_before_its_run_exists_gets_nothing_of_a_hidden_agents_run():
+    """Run ids are sequential: a socket for the next id, opened by someone who may not see
+    `demo`, must not receive that run when its owner starts it (nor one of any agent)."""
+    from approvals.models import Run
+
+    owner = await user_of("reviewer")
+    outsider = await user_of("reviewer")
+    await database_sync_to_async(_restrict_demo_to_a_new_group)(owner)
+
+    def last_id() -> int:  # the ids a flushed table still counts from: make one, drop it
+        run = Run.objects.create(agent="demo", prompt="probe")
+        pk = run.pk
+        run.delete()
+        return pk
+
+    last = await database_sync_to_async(last_id)()
+    next_ids = [last + n for n in (1, 2, 3)]
+    traps = []
+    for run_id in next_ids:
+        comm = await communicator(f"/ws/runs/{run_id}/", outsider)
+        connected, _ = await comm.connect(timeout=TIMEOUT)
+        traps.append((comm, connected))
+    try:
+        run, row = await halted_run(owner, prompt="Refund order SECRET-77, $250")
+        assert run.pk in next_ids
+        for comm, connected in traps:
+            if not connected:
+                continue
+            frames = []
+            while True:
+                output = await comm.receive_output(timeout=TIMEOUT)
+                if output["type"] == "websocket.close":
+                    assert output["code"] == 4404
+                    break
+                frames.append(output.get("text", ""))
+            assert all("SECRET-77" not in frame for frame in frames)
+            assert await comm.receive_nothing(timeout=0.3)
+        # a run started after the traps were set reaches its owner's page as before
+        page, body = await open_socket(f"/ws/runs/{run.pk}/", owner)
+        assert "SECRET-77" in body
+        await page.disconnect()
+    finally:
+        for comm, _ in traps:
+            await comm.disconnect()
 
 
 async def test_run_consumer_refuses_a_user_without_run_permission():
@@ -767,6 +817,42 @@ async def test_a_hidden_agents_run_page_socket_is_refused():
     allowed, body = await open_socket(f"/ws/runs/{run.pk}/", owner)
     assert "Waiting for a decision" in body
     await allowed.disconnect()
+
+
+async def test_no_live_group_carries_a_hidden_agents_request_to_an_outsider():
+    """Every group an outsider's sockets join (the inbox's, a request page's, the live
+    layer's resync, presence) keeps a hidden agent's request from them."""
+    from approvals.live.groups import LIVE_GROUP
+
+    owner = await user_of("reviewer")
+    outsider = await user_of("reviewer")
+    await database_sync_to_async(_restrict_demo_to_a_new_group)(owner)
+    _, row = await halted_run(owner, prompt="Refund order SECRET-88, $250")
+    inbox, snapshot = await open_socket(f"/ws/inbox/?r={row.request_id}", outsider)
+    page = await communicator(f"/ws/inbox/?view=request&r={row.request_id}", outsider)
+    connected, _ = await page.connect(timeout=TIMEOUT)
+    try:
+        assert "SECRET-88" not in snapshot
+        layer = get_channel_layer()
+        await layer.group_send(INBOX_GROUP, _event(row))
+        await layer.group_send(LIVE_GROUP, {"type": "approvals.resync", "age": 3600.0})
+        await layer.group_send(
+            INBOX_GROUP,
+            {
+                "type": "approvals.presence",
+                "request_id": row.request_id,
+                "request_pk": row.pk,
+                "names": ["owner"],
+            },
+        )
+        frames = []
+        for comm in (inbox, page) if connected else (inbox,):
+            while not await comm.receive_nothing(timeout=0.5):
+                frames.append(await comm.receive_from(timeout=TIMEOUT))
+        assert all("SECRET-88" not in frame and f"request-{row.pk}" not in frame for frame in frames)
+    finally:
+        await inbox.disconnect()
+        await page.disconnect()
 
 
 async def test_whoever_started_a_run_gets_no_approve_form_where_the_starter_rule_holds(settings):

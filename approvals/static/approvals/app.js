@@ -638,6 +638,10 @@
       pageAlert("forbidden", function (p) {
         p.textContent = "Your account may no longer see these updates: this page is no longer live. Ask an administrator, or reload the page.";
       });
+    } else if (code === 4404) {
+      // What the page follows does not exist: the page already says so; nothing to follow.
+      var live = document.getElementById("live");
+      if (live) live.textContent = "not live";
     } else if (code === 4429) {
       var live = document.getElementById("live");
       if (live) live.textContent = "not live";
