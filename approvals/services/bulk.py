@@ -40,7 +40,7 @@ from typing import Any
 from .. import agents
 from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
 from ..models import ApprovalRequest
-from ..permissions import DECIDE_PERMISSION, require
+from ..permissions import DECIDE_PERMISSION, agent_rights, require
 from ..selectors import active_claim
 from .requests import request_approve, request_decline
 
@@ -136,10 +136,12 @@ def requests_bulk(
         .select_related("claimed_by")
         .prefetch_related("calls")
     }
+    rights = agent_rights(user)
     outcomes = []
     for request_id in ids:
         row = rows.get(request_id)
-        if row is None:
+        if row is None or not rights.can_view(row.agent):
+            # Before anything else is said of it: a hidden agent's request reads as missing.
             outcomes.append(BulkOutcome(request_id, MISSING, "no such request"))
             continue
         holder = active_claim(row)

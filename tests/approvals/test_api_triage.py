@@ -150,3 +150,58 @@ def test_api_list_query_count_does_not_grow_with_rows():
         body = client.get("/api/requests?q=refund&sort=deadline").json()
     assert body["count"] == 15 and len(body["items"]) == 15
     assert len(many) == len(few)
+
+
+def test_api_bulk_tells_nothing_of_a_hidden_agents_requests(second_demo_agent):
+    """Ids of another agent's requests answer as an unknown id does, whatever they are (a
+    question, a claimed one, an irreversible one, one already decided), and stay undecided."""
+    from django.contrib.auth.models import Group
+
+    from approvals import services
+    from approvals.models import AgentAccess, AgentPolicy
+
+    from .factories import start_and_halt
+
+    insider, outsider = make_user(), make_user()
+    group = Group.objects.create(name="demo2 people")
+    insider.groups.add(group)
+    policy = AgentPolicy.objects.create(agent="demo2")
+    AgentAccess.objects.create(policy=policy, group=group, can_decide=True)
+
+    def hidden(prompt: str):
+        return start_and_halt(agent="demo2", prompt=prompt, user=insider).requests.get()
+
+    question = hidden("question")
+    claimed = hidden("Refund order A-12")
+    claim(claimed, insider)
+    irreversible = hidden("Delete account acct-9")
+    decided = hidden("Refund order A-13")
+    services.request_decline(request_id=decided.request_id, user=insider, reason="no")
+    ids = [r.request_id for r in (question, claimed, irreversible, decided)]
+    client = session_client(outsider)
+    for action in ("approve", "decline"):
+        response = post_json(
+            client, "/api/requests/bulk", {"ids": [*ids, "nope"], "action": action}
+        )
+        assert response.status_code == 200, response.content
+        results = response.json()["results"]
+        assert [(r["status"], r["message"]) for r in results] == [
+            ("missing", "no such request")
+        ] * 5
+    states = {r.request_id: r.state for r in type(question).objects.filter(request_id__in=ids)}
+    assert states == {
+        question.request_id: "pending",
+        claimed.request_id: "pending",
+        irreversible.request_id: "pending",
+        decided.request_id: "declined",
+    }
+    # the page's bulk form answers the same
+    page = session_client(outsider).post(
+        "/requests/bulk/",
+        {"ids": ids, "action": "approve"},
+        headers={"HX-Request": "true"},
+    )
+    html = page.content.decode()
+    assert "claimed by" not in html and "needs an answer" not in html
+    assert "undone" not in html and "already" not in html
+    assert html.count("no such request") == 4

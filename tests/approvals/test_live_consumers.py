@@ -849,7 +849,9 @@ async def test_no_live_group_carries_a_hidden_agents_request_to_an_outsider():
         for comm in (inbox, page) if connected else (inbox,):
             while not await comm.receive_nothing(timeout=0.5):
                 frames.append(await comm.receive_from(timeout=TIMEOUT))
-        assert all("SECRET-88" not in frame and f"request-{row.pk}" not in frame for frame in frames)
+        assert all(
+            "SECRET-88" not in frame and f"request-{row.pk}" not in frame for frame in frames
+        )
     finally:
         await inbox.disconnect()
         await page.disconnect()
