@@ -528,7 +528,7 @@ async def test_a_socket_opened_before_its_run_exists_gets_nothing_of_a_hidden_ag
         connected, _ = await comm.connect(timeout=TIMEOUT)
         traps.append((comm, connected))
     try:
-        run, row = await halted_run(owner, prompt="Refund order SECRET-77, $250")
+        run, _ = await halted_run(owner, prompt="Refund order SECRET-77, $250")
         assert run.pk in next_ids
         for comm, connected in traps:
             if not connected:
