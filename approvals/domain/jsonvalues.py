@@ -1,10 +1,15 @@
 """JSON as this app accepts it: at most MAX_DEPTH levels of nesting and no NUL characters
 (PostgreSQL text cannot hold them). NaN and Infinity parse, and services refuse them naming
-the field."""
+the field.
+
+People's input deeper than that is refused; a model's is not (it is what the model sent):
+`cut_deep` keeps JSON columns and pages within the limit, the parts below it replaced by
+TOO_DEEP, while the call's raw arguments text keeps the value whole."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 # Arguments, answers and schemas are shallow; a deeper value is an attack on the parser or on
 # every recursive walk after it (each would end in RecursionError, a 500).
@@ -39,6 +44,45 @@ def _depth_exceeds(value, limit: int) -> bool:
         if depth > limit:
             return True
         stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+TOO_DEEP = f"… nested more than {MAX_DEPTH} levels deep: cut here (the raw arguments keep it whole)"
+
+
+def cut_deep(value: Any, limit: int = MAX_DEPTH) -> tuple[Any, bool]:
+    """`value` with every container nested deeper than `limit` replaced by TOO_DEEP, and
+    whether anything was cut (iterative: a value too deep for recursion is cut too)."""
+    if not _depth_exceeds(value, limit):
+        return value, False
+    top: list[Any] = [None]
+    stack: list[tuple[Any, int, Any, Any]] = [(value, 1, top, 0)]
+    while stack:
+        item, depth, parent, key = stack.pop()
+        if isinstance(item, (dict, list)) and depth > limit:
+            parent[key] = TOO_DEEP
+        elif isinstance(item, dict):
+            parent[key] = copy = dict.fromkeys(item)  # keys in their order, values below
+            stack.extend((child, depth + 1, copy, k) for k, child in item.items())
+        elif isinstance(item, list):
+            parent[key] = copy = [None] * len(item)
+            stack.extend((child, depth + 1, copy, i) for i, child in enumerate(item))
+        else:
+            parent[key] = item
+    return top[0], True
+
+
+def holds_cut(value: Any) -> bool:
+    """Whether `value` (as stored) had parts cut by `cut_deep`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item == TOO_DEEP:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
 
 

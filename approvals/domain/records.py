@@ -21,6 +21,7 @@ from ..conf import app_settings
 from ..models import ApprovalRequest, Event, RequestCall, Run
 from . import statements
 from .exceptions import AlreadyDecided, InvalidTransition
+from .jsonvalues import cut_deep
 
 RunStatus = Run.Status
 State = ApprovalRequest.State
@@ -118,7 +119,9 @@ def _expiry_of(request: Request) -> datetime | None:
 
 
 def create_request(run: Run, request: Request) -> ApprovalRequest:
-    data = request.data or None
+    # What the model sent is kept within MAX_DEPTH in the JSON columns (every page and the
+    # admin read them); the calls' raw arguments text keeps a deeper value whole.
+    data = cut_deep(request.data)[0] or None
     row = ApprovalRequest(
         run=run,
         agent=run.agent,
@@ -138,7 +141,7 @@ def create_request(run: Run, request: Request) -> ApprovalRequest:
                 position=i,
                 call_id=c.id,
                 tool_name=c.name,
-                input=c.input,
+                input=cut_deep(c.input)[0],
                 arguments=c.arguments,
             )
             for i, c in enumerate(relay_calls_of(request))

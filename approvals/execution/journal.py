@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..domain import statements
+from ..domain.jsonvalues import cut_deep
 from ..models import RequestCall, ToolExecution
 
 
@@ -25,7 +26,9 @@ def execution_begin(
     try:
         # Inside a transaction, a savepoint keeps a conflict from breaking it.
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
-            statements.insert([ToolExecution(**key, tool_name=tool_name, input=input)])
+            # A record, kept within the JSON columns' depth (the tool gets the whole value).
+            shown = cut_deep(input)[0]
+            statements.insert([ToolExecution(**key, tool_name=tool_name, input=shown)])
         return None
     except IntegrityError:
         earlier = ToolExecution.objects.filter(**key).first()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 import logging
 import re
 import time
@@ -43,6 +44,7 @@ from toolnexus.relay import RelayResult, answer_declined, relay_answer
 
 from .. import agents, events
 from ..domain.exceptions import LeaseLost
+from ..domain.jsonvalues import holds_cut
 from ..domain.records import set_run_status
 from ..models import ApprovalRequest, RequestCall, Run, ToolExecution
 from . import clients, journal, store, taskrow
@@ -267,6 +269,18 @@ def _halted_message_index(run: Run) -> int:
     return -1
 
 
+def _model_input(call: RequestCall) -> dict[str, Any]:
+    """The arguments the model gave: the stored input, or, where it was cut for being nested
+    too deep to store (jsonvalues.cut_deep), the whole value from the raw arguments."""
+    if not holds_cut(call.input):
+        return call.input
+    try:
+        whole = json.loads(call.arguments)
+    except (ValueError, RecursionError):
+        return call.input
+    return whole if isinstance(whole, dict) else call.input
+
+
 def _run_executor(
     run: Run, agent: agents.Agent, call: RequestCall, message_index: int, *, defer_finish: bool
 ) -> tuple[str, bool, dict[str, Any] | None]:
@@ -274,7 +288,7 @@ def _run_executor(
     whether it is an error, and, with `defer_finish`, the journal entry still to finish
     (None when nothing is left to write)."""
     executor = agent.executor_for(call.tool_name)
-    args = call.edited_input if call.edited_input is not None else call.input
+    args = call.edited_input if call.edited_input is not None else _model_input(call)
     if executor is None:
         output = f"no executor is registered for {call.tool_name}"
         store.request_call_store_output(call_pk=call.pk, output=output, is_error=True)

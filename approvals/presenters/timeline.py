@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..domain.jsonvalues import cut_deep
 from ..models import ApprovalRequest, RequestCall
 from .cards import WAITING_TEXT, Outcome, _questions, answers_of, call_outcome
 
@@ -139,7 +140,7 @@ def timeline(
                         TimelineEntry(
                             "tool_call",
                             name=b.get("name", ""),
-                            args=b.get("input"),
+                            args=_parse_args(b.get("input")),
                             call_id=b.get("id", ""),
                             server=servers.get(b.get("id", ""), ""),
                         )
@@ -150,9 +151,10 @@ def timeline(
 
 
 def _parse_args(raw: Any) -> Any:
+    """A call's arguments as shown: parsed, and cut where a model nested them too deep."""
     if isinstance(raw, str):
         try:
-            return json.loads(raw) if raw else {}
-        except ValueError:
+            raw = json.loads(raw) if raw else {}
+        except (ValueError, RecursionError):
             return raw
-    return raw
+    return cut_deep(raw)[0]

@@ -21,6 +21,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from approvals import services
+from approvals.domain.jsonvalues import MAX_DEPTH, TOO_DEEP
 from approvals.models import ApprovalRequest, Run
 from tests.approvals.factories import (
     bearer,
@@ -894,3 +895,111 @@ async def test_inbox_socket_with_a_nul_filter_connects(in_memory_layer):
         assert 'id="request-list"' in snapshot_html
     finally:
         await comm.disconnect()
+
+
+# -- deep model output: stored as received, shown truncated ----------------------------------
+
+
+def _nested(levels: int, leaf: str = "bottom") -> dict:
+    value: object = leaf
+    for _ in range(levels):
+        value = {"k": value}
+    return value  # type: ignore[return-value]
+
+
+@pytest.fixture
+def deep_agent():
+    with registered_mock_agent(
+        "deep", tool_input={"order": "A-900", "amount": 5, "meta": _nested(900)}
+    ) as model:
+        yield model
+
+
+def test_deep_model_arguments_are_stored_whole_and_every_page_shows_them_truncated(w, deep_agent):
+    """A model may send arguments nested far deeper than people may type (MAX_DEPTH): the
+    request is stored as received, every page shows it cut at the limit with a note, and it
+    can still be decided."""
+    from django.contrib.auth import get_user_model
+
+    created = api(w, "/api/runs", {"agent": "deep", "prompt": "Refund A-900"})
+    assert created.status_code == 201, created.content
+    run = Run.objects.get(pk=created.json()["id"])
+    drain()
+    row = fresh(run).requests.get(state="pending")
+    call = row.calls.get()
+
+    def depth_and_leaf(value):
+        depth = 0
+        while isinstance(value, dict):
+            value, depth = value["k"], depth + 1
+        return depth, value
+
+    # the raw arguments keep what the model sent; the JSON columns hold it cut at the limit
+    assert depth_and_leaf(json.loads(call.arguments)["meta"]) == (900, "bottom")
+    assert depth_and_leaf(call.input["meta"]) == (MAX_DEPTH - 1, TOO_DEEP)
+    assert call.input["order"] == "A-900"
+
+    client = _form_client(w.reviewer)
+    pages = {
+        "inbox": f"/?r={row.request_id}",
+        "request page": f"/requests/{row.request_id}/",
+        "card": f"/requests/{row.request_id}/card/",
+        "run page": f"/runs/{run.pk}/",
+    }
+    for name, path in pages.items():
+        response = client.get(path)
+        assert response.status_code == 200, (name, response.status_code)
+        html = response.content.decode()
+        assert "A-900" in html, name
+        assert "nested more than 64 levels deep" in html, name  # the note where it was cut
+        assert "bottom" not in html, name
+    admin = get_user_model().objects.create_superuser("deep-admin", password="x")
+    staff = Client()
+    staff.force_login(admin)
+    for path in (
+        f"/admin/approvals/approvalrequest/{row.pk}/change/",
+        f"/admin/approvals/run/{run.pk}/change/",
+    ):
+        response = staff.get(path)
+        assert response.status_code == 200, (path, response.status_code)
+    api_view = Client().get(f"/api/requests/{row.request_id}", headers=w.headers["reviewer"])
+    assert api_view.status_code == 200  # the API carries the value as received
+
+    declined = api(w, f"/api/requests/{row.request_id}/decline", {"reason": "too deep"})
+    assert declined.status_code == 200, declined.content
+    drain()
+    assert fresh(run).status == "done"
+    assert client.get(f"/runs/{run.pk}/").status_code == 200
+
+
+def test_an_approved_call_cut_for_the_page_runs_with_what_the_model_sent(w):
+    """The executor gets the model's whole arguments, not the value cut for storage; the
+    journal keeps the cut record."""
+    from approvals import agents
+    from approvals.agents.demo import demo_tools
+    from approvals.models import ToolExecution
+    from tests.approvals.factories import MockOpenAI
+
+    seen: list[Any] = []
+
+    def refund(args: dict[str, Any]) -> str:
+        seen.append(args)
+        return "refunded"
+
+    model = MockOpenAI(tool="refund", tool_input={"order": "A-901", "meta": _nested(200)})
+    agents.register(
+        "deep2", model=model.client, tools=demo_tools, executors={"refund": refund}, replace=True
+    )
+    try:
+        created = api(w, "/api/runs", {"agent": "deep2", "prompt": "Refund A-901"})
+        run = Run.objects.get(pk=created.json()["id"])
+        drain()
+        row = fresh(run).requests.get(state="pending")
+        approved = api(w, f"/api/requests/{row.request_id}/approve", {})
+        assert approved.status_code == 200, approved.content
+        drain()
+    finally:
+        agents.unregister("deep2")
+    assert fresh(run).status == "done"
+    assert seen and seen[0]["meta"] == _nested(200)
+    assert TOO_DEEP in json.dumps(ToolExecution.objects.get(run=run).input, ensure_ascii=False)
