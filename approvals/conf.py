@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     # Server timeouts (docs/operations.md, "Server timeouts"); 0: none.
     "HTTP_TIMEOUT": 60.0,
     "HTTP_IDLE_TIMEOUT": 60.0,
+    "HTTP_HEADER_TIMEOUT": 30.0,
     "WS_CONNECT_TIMEOUT": 10.0,
     "WS_PING_INTERVAL": 20.0,
     "WS_PING_TIMEOUT": 30.0,

@@ -10,6 +10,7 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -186,3 +187,55 @@ def test_an_idle_connection_is_closed_and_sigint_stops_serve_at_once(serve):
     assert served.stop(signal.SIGINT) < 10
     assert served.proc.returncode == 0, served.text()
     assert "Traceback" not in served.text(), served.text()
+
+
+def test_a_request_head_sent_a_line_at_a_time_is_cut_off_at_the_header_deadline(serve):
+    """One header line every half second keeps the idle timer from firing; the head's own
+    deadline ends the connection. A kept-alive connection's next request gets a new one."""
+    served = serve(TOOLNEXUS_HTTP_HEADER_TIMEOUT="2", TOOLNEXUS_HTTP_IDLE_TIMEOUT="1")
+    host, port = served.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /api/openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        closed = False
+        for n in range(40):  # 20 s at most
+            time.sleep(0.5)
+            try:
+                sock.sendall(f"X-Slow-{n}: 1\r\n".encode())
+            except OSError:
+                closed = True
+                break
+        if not closed:
+            sock.settimeout(5)
+            with contextlib.suppress(OSError):
+                closed = sock.recv(1) == b""
+        assert closed, "the server kept a trickling request head open"
+        assert time.monotonic() - started < 10
+
+    # whole requests on one kept-alive connection, each well within the deadline, for longer
+    # in all than the deadline: each request's head gets a deadline of its own
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        for _ in range(4):
+            sock.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert _read_response(sock).startswith(b"HTTP/1.1 401")
+            time.sleep(0.8)  # less than the idle timeout each time, 3.2 s in all
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole response (its head, and its body by Content-Length) off a kept-alive socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        body += chunk
+    return head

@@ -176,6 +176,7 @@ class Command(BaseCommand):
         from daphne.server import Server
 
         from approvals.execution.worker import Worker, start_on_daphne
+        from approvals.management.head_deadline import limit_request_heads
 
         allowed = [
             name.strip() for item in allowed_host for name in item.split(",") if name.strip()
@@ -220,6 +221,7 @@ class Command(BaseCommand):
             # until shutdown, when it finishes its current step (or that step is cancelled:
             # its checkpoint is where the next start resumes).
             server.http_factory.timeOut = app_settings.HTTP_IDLE_TIMEOUT or None
+            limit_request_heads(server.http_factory, app_settings.HTTP_HEADER_TIMEOUT)
             if worker is not None:
                 start_on_daphne(worker)
             # Pushes the requests queued on this loop reach the other servers' pages before
