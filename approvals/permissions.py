@@ -315,11 +315,6 @@ def require_decide_run(user: Any, run: Any) -> None:
         raise NotAllowed(f"your groups may not decide runs of agent {run.agent!r}")
 
 
-def require_view_agent(user: Any, agent: str, action: str) -> None:
-    if not can_view_agent(user, agent):
-        raise NotAllowed(f"your groups may not {action} of agent {agent!r}")
-
-
 # -- the client's address (throttling, sign-in lockout) --------------------------------------
 
 

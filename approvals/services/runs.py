@@ -25,9 +25,9 @@ from ..models import ApprovalRequest, Event, Run
 from ..permissions import (
     DECIDE_PERMISSION,
     START_PERMISSION,
+    can_view_agent,
     require,
     require_decide_run,
-    require_view_agent,
     require_visible,
 )
 
@@ -81,10 +81,10 @@ def run_start(
     if check_permission:
         require(started_by, START_PERMISSION, "start runs")
     registered = agents.get(agent) if isinstance(agent, str) else None
-    if registered is None:
+    # An agent hidden from the starter reads as one that does not exist: the answer must not
+    # tell an outsider which agent names are registered.
+    if registered is None or (check_permission and not can_view_agent(started_by, registered.name)):
         raise InvalidInput(f"agent: no agent named {agent!r} is registered")
-    if check_permission:
-        require_view_agent(started_by, registered.name, "start runs")
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInput("prompt: must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:

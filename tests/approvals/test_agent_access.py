@@ -106,10 +106,17 @@ def test_the_api_leaves_hidden_agents_out_and_404s_them(world):
     ):
         response = post_json(client, path, body, headers=headers)
         assert response.status_code == 404, (path, response.content)
-    # Starting a run of an agent one may not see is refused.
+    # Starting a run of an agent one may not see is refused as for an agent that does not
+    # exist: the answer does not tell that it does.
     response = post_json(client, "/api/runs", {"agent": "demo", "prompt": "x"}, headers=headers)
-    assert response.status_code == 403
-    assert "may not start runs of agent 'demo'" in response.json()["detail"]
+    unknown = post_json(client, "/api/runs", {"agent": "nope", "prompt": "x"}, headers=headers)
+    assert response.status_code == unknown.status_code == 400
+    assert response.json()["detail"] == "agent: no agent named 'demo' is registered"
+    assert unknown.json()["detail"] == "agent: no agent named 'nope' is registered"
+    form = Client()
+    form.force_login(world.outsider)
+    page = form.post("/runs/new/", {"agent": "demo", "prompt": "x"})
+    assert page.status_code == 400 and b"no agent named" in page.content
     assert ApprovalRequest.objects.get(pk=row.pk).state == "pending"
 
 
