@@ -1272,3 +1272,33 @@ async def test_a_failing_chip_count_is_logged_and_the_next_change_counts_again(
         assert "chip-count" in await _frame_with(comm, "chip-count")
     finally:
         await comm.disconnect()
+
+
+async def test_a_lapsed_claim_in_a_live_change_counts_as_no_claim(settings):
+    """A change to a request whose claim is older than TOOLNEXUS_CLAIM_MINUTES: the
+    "unclaimed" list keeps (or gets) its row, its old holder's "mine" list drops it."""
+    from .factories import claim
+
+    settings.TOOLNEXUS_CLAIM_MINUTES = 30
+    holder = await user_of("reviewer")
+    other = await user_of("reviewer")
+    _, row = await halted_run(holder)
+    await in_thread(claim, row, holder, minutes_ago=5)  # held: listed under "mine"
+    mine, snapshot = await open_socket("/ws/inbox/?claim=mine", holder)
+    unclaimed, other_snapshot = await open_socket("/ws/inbox/?claim=unclaimed", other)
+    try:
+        assert f'id="row-{row.pk}"' in snapshot
+        assert f'id="row-{row.pk}"' not in other_snapshot
+        await in_thread(claim, row, holder, minutes_ago=31)  # the claim lapses
+        fresh_row = await database_sync_to_async(
+            lambda: type(row).objects.select_related("claimed_by").get(pk=row.pk)
+        )()
+        event = _event(fresh_row)  # as the publisher says of the request now
+        await get_channel_layer().group_send(INBOX_GROUP, event)
+        dropped = await _frame_with(mine, f"row-{row.pk}")
+        assert f'<div id="row-{row.pk}" hx-swap-oob="delete"></div>' in dropped
+        kept = await _frame_with(unclaimed, f'id="row-{row.pk}"')
+        assert 'hx-swap-oob="delete"' not in kept and "claimed by" not in kept
+    finally:
+        await mine.disconnect()
+        await unclaimed.disconnect()

@@ -155,3 +155,39 @@ def test_bulk_input_is_checked_first():
         services.requests_bulk(request_ids=[], user=user, action="decline")
     with pytest.raises(NotAllowed):
         services.requests_bulk(request_ids=["a"], user=make_user(role="watcher"), action="decline")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_decides_each_in_its_own_transaction_and_keeps_what_was_done(monkeypatch):
+    """A later decision failing with an unexpected error leaves the earlier ones committed,
+    and none was held open in a transaction around the whole batch."""
+    from django.db import connection
+
+    from .factories import in_another_connection
+
+    starter, reviewer = make_user(), make_user()
+    rows = [_halted(f"Refund order A-3{n}", starter) for n in range(3)]
+    real_decline = bulk_module.request_decline
+    outer_atomic = []
+
+    def decline_then_fail(*, request_id, user, reason):
+        outer_atomic.append(connection.in_atomic_block)  # a batch-wide transaction shows here
+        if request_id == rows[2].request_id:
+            raise RuntimeError("the database went away")
+        return real_decline(request_id=request_id, user=user, reason=reason)
+
+    monkeypatch.setattr(bulk_module, "request_decline", decline_then_fail)
+    with pytest.raises(RuntimeError):
+        services.requests_bulk(
+            request_ids=[r.request_id for r in rows], user=reviewer, action="decline", reason="no"
+        )
+    assert outer_atomic == [False, False, False]
+    seen = {}
+
+    def read():  # another connection sees only what was committed
+        seen.update(
+            ApprovalRequest.objects.filter(pk__in=[r.pk for r in rows]).values_list("pk", "state")
+        )
+
+    in_another_connection(read)
+    assert [seen[r.pk] for r in rows] == ["declined", "declined", "pending"]
