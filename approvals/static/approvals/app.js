@@ -57,7 +57,7 @@
   // - failed requests (offline, 5xx, 403, signed out) say so next to the card and keep the
   //   typed text; a signed-out page says so at the top and stops being live.
 
-  var deciding = {};     // card id -> true while this tab's decision request is in flight
+  var deciding = {};     // card id -> {after: the rows to open next} while its decision is in flight
   var decidedHere = {};  // card id -> true once this tab got the answer to its decision
   var news = {};         // card id -> the latest live toast text about it ("Already declined by ...")
   var inLiveMessage = false;
@@ -387,7 +387,9 @@
   document.addEventListener("htmx:beforeRequest", function (e) {
     var d = e.detail, card = d && d.target;
     if (!isCard(card) || !d.requestConfig || d.requestConfig.verb !== "post") return;
-    deciding[card.id] = true;
+    // Where the next request is chosen: now, as the decision is sent, from the list as the
+    // reviewer sees it. A live update may take the decided row out before the answer comes.
+    deciding[card.id] = { after: rowsAround(card.dataset.requestId) };
     card.dataset.deciding = "1";
     var old = card.querySelector(".client-notice");
     if (old) old.remove();
@@ -406,7 +408,7 @@
     if (!d || !d.xhr || !isCard(d.target)) return;
     if (handledXhrs) { if (handledXhrs.has(d.xhr)) return; handledXhrs.add(d.xhr); }
     var old = d.target, id = old.id;
-    var wasDeciding = !!deciding[id];
+    var wasDeciding = deciding[id] || null;
     delete deciding[id];
     if (old.isConnected) delete old.dataset.deciding;
     if (!d.successful) return;  // nothing was swapped: the failure handlers said why
@@ -421,9 +423,8 @@
         // and the next row opens; with none left the decided card stays, saying the outcome.
         var requestId = fresh.dataset.requestId;
         var row = rowOf(requestId);
-        var at = row ? rows().indexOf(row) : -1;
         if (row && !listShows(d.xhr.getResponseHeader("X-Toolnexus-State"))) row.remove();
-        if (!inbox.selectNext(requestId, at)) focusCard(fresh);
+        if (!inbox.selectFirstOf(wasDeciding.after || [])) focusCard(fresh);
         return;
       }
     } else if (outcome === "error" && carried[id]) {
@@ -480,6 +481,16 @@
     return location.pathname + (query ? "?" + query : "");
   }
 
+  // The other rows of the list in the order the next request is looked for after `id` is
+  // decided: the ones below it, nearest first, then the ones above it, nearest first.
+  function rowsAround(id) {
+    var all = rows().filter(function (r) { return !r.classList.contains("kb-gone"); });
+    var ids = all.map(function (r) { return r.dataset.requestId; });
+    var at = ids.indexOf(id);
+    if (at < 0) return ids;
+    return ids.slice(at + 1).concat(ids.slice(0, at).reverse());
+  }
+
   var inbox = {
     advancesAfterDecision: true,
     selected: selectedId,
@@ -492,6 +503,15 @@
         history.pushState({ htmx: true }, "", url);
       });
       return true;
+    },
+    // Opens the first of these request ids still listed (decided ones leave the list); false
+    // if none is.
+    selectFirstOf: function (ids) {
+      for (var i = 0; i < ids.length; i++) {
+        var row = rowOf(ids[i]);
+        if (row && !row.classList.contains("kb-gone")) { inbox.select(ids[i]); return true; }
+      }
+      return false;
     },
     selectNext: function (id, at) {
       var list = rows().filter(function (r) { return r.dataset.requestId !== id && !r.classList.contains("kb-gone"); });

@@ -236,7 +236,10 @@
     if (!approveForm(card)) {
       var calls = callsForm(card);
       if (calls) approveCalls(card, calls);
-      else focusEnd(answerField(card));
+      else if (focusEnd(answerField(card))) {
+        // a has nothing to approve here: say so, where the answer goes and how it is sent
+        say("This request needs an answer, not an approval: give it here, then press Enter (or decline it with d).");
+      } else say("Nothing to approve here: this request is decided or takes no approval.");
       return;
     }
     // decided meanwhile: no approve form any more
