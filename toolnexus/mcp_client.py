@@ -43,7 +43,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import texts
 from .approval import approval_required
-from .mcp import (
+from .mcp_spec import (
     ELICITATION_KIND,
     McpServer,
     McpServerError,
