@@ -23,7 +23,7 @@ from django.db import transaction
 from django_tasks import task
 
 from toolnexus import Answer, ToolResult
-from toolnexus.mcp import ELICITATION_KIND, answer_elicitation
+from toolnexus.mcp import ELICITATION_KIND, answer_elicitation, elicit_action
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
@@ -75,7 +75,7 @@ def tell(request_pk: int) -> str:
         except Exception as exc:  # recorded; the worker carries on
             log.exception("telling the MCP server of request %s failed", row.request_id)
             result = ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
-    told = "decline" if answer.reason == "declined" else "cancel"
+    told = elicit_action(answer)  # the engine's rule: what the server was just given
     with transaction.atomic():
         append_event(
             row.run,

@@ -335,6 +335,10 @@ def test_a_run_cancelled_before_its_decided_question_reached_the_server(
     assert fresh(run).status == "cancelled"
     assert answers(log) == [(heard, None)]
     assert not ToolExecution.objects.filter(run=run).exists()  # nothing was booked
+    # the record names what the server heard: a reviewer's decline stays "decline"
+    (told,) = row.events.filter(action=TOLD)
+    assert told.detail["told"] == heard
+    assert f"the guest said {heard}" in told.detail["output"]
 
 
 def test_content_that_does_not_fit_the_form_is_refused_naming_the_field(booker, reviewer):
