@@ -409,6 +409,47 @@ def test_the_api_answers_an_elicitation_with_approve_answer_and_decline(booker, 
     assert answers(log)[-1] == ("decline", None)
 
 
+@pytest.mark.parametrize(
+    ("refusal", "state", "heard"),
+    [
+        ({"reason": "cancelled"}, "cancelled", "cancel"),
+        ({"reason": "not a real guest"}, "cancelled", "cancel"),
+        ({"reason": "declined"}, "declined", "decline"),
+        ({}, "declined", "decline"),  # no reason: the default, "declined"
+    ],
+    ids=["cancelled", "free-text", "declined", "no-reason"],
+)
+def test_a_refusal_through_answer_is_stored_and_reported_as_what_the_server_hears(
+    booker, log, reviewer, refusal, state, heard
+):
+    """`/answer` with `ok: false` hands the engine the Answer as given; the engine's rule
+    (`elicit_action`) says what the server hears, and the state, the history and the API say
+    the same."""
+    client = session_client()
+    headers = bearer(reviewer)
+    run, row = halt(booker, reviewer)
+    body = {"id": row.request_id, "ok": False, **refusal}
+    response = post_json(client, f"/api/requests/{row.request_id}/answer", body, headers=headers)
+    assert response.status_code == 200, response.text
+    reason = refusal.get("reason", "declined")
+    shown = response.json()
+    assert shown["state"] == state
+    assert shown["decision"]["answer"] == {"id": row.request_id, "ok": False, "reason": reason}
+    assert shown["decision"]["reason"] == reason
+    row.refresh_from_db()
+    assert answer_to_elicit_result(Answer.from_dict(row.answer)).action == heard
+    assert row.events.filter(action=f"request_{state}").exists()
+    drain()
+    run = fresh(run)
+    assert run.status == "done", run.error  # the run goes on either way
+    assert answers(log) == [(heard, None)]
+    assert tool_output(run, "call_book") == (
+        f"declined/expired: {QUESTION} (reason: {reason})\n"
+        f"No table booked at Trattoria Demo: the guest said {heard}."
+    )
+    assert client.get(f"/api/requests/{row.request_id}", headers=headers).json()["state"] == state
+
+
 # -- pages ---------------------------------------------------------------------------------
 
 
