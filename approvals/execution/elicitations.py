@@ -27,12 +27,12 @@ from toolnexus.mcp import ELICITATION_KIND, answer_elicitation, elicit_action
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
-from ..domain.records import append_event
+from ..domain.records import MCP_SERVER_TOLD, append_event
 from ..models import ApprovalRequest, Run
 
 log = logging.getLogger(__name__)
 
-TOLD = "mcp_server_told"
+TOLD = MCP_SERVER_TOLD
 # Bounds starting the server and the replayed call together (the call only has to reach
 # the question again).
 TELL_TIMEOUT = 300.0

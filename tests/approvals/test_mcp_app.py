@@ -341,6 +341,33 @@ def test_a_run_cancelled_before_its_decided_question_reached_the_server(
     assert f"the guest said {heard}" in told.detail["output"]
 
 
+@pytest.mark.parametrize(
+    ("decline_first", "heard"), [(False, "cancel"), (True, "decline")], ids=["open", "declined"]
+)
+def test_a_cancelled_runs_question_reads_that_it_never_resumed_and_what_the_server_heard(
+    booker, log, reviewer, decline_first, heard
+):
+    run, row = halt(booker, reviewer)
+    if decline_first:
+        services.request_decline(request_id=row.request_id, user=reviewer, reason="no show")
+    services.run_cancel(run_id=run.pk, user=reviewer, reason="the guest left")
+    client = session_client(reviewer)
+    page = client.get(f"/requests/{row.request_id}/").content.decode()
+    assert "the run resumes with this decision" not in page
+    assert "Not carried out: the run was cancelled before it resumed." in page
+    drain()  # the server is told
+    told = (
+        f"MCP server “tables” was told “{heard}”; the tool returned: declined/expired: "
+        f"{QUESTION} (reason: {'declined' if decline_first else 'cancelled'})"
+    )
+    page = client.get(f"/requests/{row.request_id}/").content.decode()
+    assert "the run resumes with this decision" not in page
+    assert page.count(told) == 2, page  # the call in the transcript, and the history
+    assert f"the guest said {heard}." in page
+    assert "Mcp server told" not in page
+    assert told in client.get(f"/runs/{run.pk}/").content.decode()
+
+
 def test_content_that_does_not_fit_the_form_is_refused_naming_the_field(booker, reviewer):
     run, row = halt(booker, reviewer)
     cases = [
