@@ -32,6 +32,7 @@ from .mcp_spec import (
     elicitation_errors,
     elicitation_to_request,
     require_mcp,
+    resolve_command,
     servers_of,
 )
 from .types import Answer, Request
@@ -48,6 +49,7 @@ __all__ = [
     "elicitation_errors",
     "elicitation_to_request",
     "require_mcp",
+    "resolve_command",
     "servers_of",
 ]
 

@@ -9,7 +9,11 @@ imports without it, and anything that needs it raises an `ImportError` naming th
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import shutil
+import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -28,6 +32,7 @@ __all__ = [
     "elicitation_errors",
     "elicitation_to_request",
     "require_mcp",
+    "resolve_command",
     "servers_of",
 ]
 
@@ -192,6 +197,26 @@ class McpServer:
                 raise ValueError(f"MCP server {name!r}: unknown configuration key {key!r}")
             options[key] = value
         return cls(name=name, **options)
+
+
+def resolve_command(command: str) -> str:
+    """Where a stdio server's `command` runs from: a bare name (no directory part) installed
+    beside the running interpreter (its environment's scripts directory, a virtualenv's
+    `bin`) is that file, found before `PATH` is searched, so a server installed into the
+    app's environment (`pip install mcp-server-time`) starts whether or not that `bin` is on
+    `PATH`. Any other command is left as it is (the subprocess searches `PATH`)."""
+    if not command or os.sep in command or (os.altsep and os.altsep in command):
+        return command
+    for directory in _interpreter_dirs():
+        found = shutil.which(command, path=directory)
+        if found:
+            return found
+    return command
+
+
+def _interpreter_dirs() -> list[str]:
+    dirs = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
+    return [d for i, d in enumerate(dirs) if d and d not in dirs[:i]]
 
 
 def servers_of(config: Any) -> list[McpServer]:
