@@ -32,9 +32,9 @@ from approvals.agents.demo import (
 )
 from approvals.agents.demo_mcp_server import LOG_ENV, QUESTION
 from approvals.domain.exceptions import InvalidInput
-from approvals.execution import recovery
+from approvals.execution import recovery, store
 from approvals.execution.elicitations import TOLD, tell
-from approvals.models import ApprovalRequest, Run, ToolExecution
+from approvals.models import ApprovalRequest, Event, Run, ToolExecution
 from approvals.presenters.cards import request_card
 from tests.engine.mcp_servers.harness import (
     demo as engine_demo_server,
@@ -339,6 +339,38 @@ def test_a_run_cancelled_before_its_decided_question_reached_the_server(
     (told,) = row.events.filter(action=TOLD)
     assert told.detail["told"] == heard
     assert f"the guest said {heard}" in told.detail["output"]
+
+
+def test_a_run_cancelled_while_its_step_halts_on_a_question_tells_the_server_cancel(
+    booker, log, reviewer, monkeypatch
+):
+    """The cancel lands while a step runs: the step halts on the server's question (the
+    server's call is cancelled at the halt), but the run is no longer the step's to store it
+    in, so no request exists for a cancel to tell. The worker tells the server itself."""
+    original = store.run_store_result
+
+    def cancelled_first(**kwargs: Any) -> Any:
+        services.run_cancel(run_id=kwargs["run"].pk, user=reviewer, reason="changed my mind")
+        return original(**kwargs)
+
+    monkeypatch.setattr(store, "run_store_result", cancelled_first)
+    run = services.run_start(agent=booker, prompt=BOOK, started_by=reviewer)
+    assert drain() == 1
+    run = fresh(run)
+    assert run.status == "cancelled"
+    assert not run.requests.exists()  # the question was never stored
+    assert [e["event"] for e in events(log) if e["event"] != "start"] == [
+        "call",
+        "cancelled",  # at the halt
+        "call",
+        "answer",  # replayed, and its question answered
+    ]
+    assert answers(log) == [("cancel", None)]
+    (told,) = Event.objects.filter(run=run, action=TOLD)
+    assert told.request_id is None and told.detail["request_id"].startswith("elc-")
+    assert (told.detail["server"], told.detail["told"]) == ("tables", "cancel")
+    assert told.detail["output"].endswith("the guest said cancel.")
+    assert not ToolExecution.objects.filter(run=run).exists()  # nothing was booked
 
 
 @pytest.mark.parametrize(
