@@ -34,6 +34,7 @@ from .conf import app_settings
 from .domain import statements
 from .domain.arguments import diff
 from .domain.exceptions import InvalidInput
+from .domain.records import MCP_SERVER_TOLD
 from .models import ApiToken, ApprovalRequest, Event, RequestCall, RequestHide, Run
 
 State = ApprovalRequest.State
@@ -103,6 +104,16 @@ def request_history(*, row: ApprovalRequest) -> QuerySet[Event]:
         .select_related("actor")
         .order_by("created_at", "id")
     )
+
+
+def mcp_servers_told(run: Run) -> dict[int, dict[str, Any]]:
+    """What each MCP server was told of its question when the run would not resume, by the
+    request's pk: the `mcp_server_told` events' detail (server, told, output, is_error)."""
+    found = Event.objects.filter(run_id=run.pk, action=MCP_SERVER_TOLD, request_id__isnull=False)
+    return {
+        pk: dict(detail or {})
+        for pk, detail in found.order_by("id").values_list("request_id", "detail")
+    }
 
 
 def run_messages(*, run_id: int, hidden_agents: Collection[str] = ()) -> list[Any]:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from . import texts
 from .dialects import Call, Dialect, ModelTurn
-from .mcp import ELICITATION_KIND
+from .mcp_spec import ELICITATION_KIND
 from .relay import RELAY_KIND, is_relay_request, relay_calls_of, relay_result_for
 from .toolkit import Toolkit
 from .types import (

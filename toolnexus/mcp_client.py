@@ -43,7 +43,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import texts
 from .approval import approval_required
-from .mcp import (
+from .mcp_spec import (
     ELICITATION_KIND,
     McpServer,
     McpServerError,
@@ -52,6 +52,7 @@ from .mcp import (
     elicitation_message,
     elicitation_schema,
     elicitation_url,
+    resolve_command,
     safe_name,
 )
 from .relay import relay_tool
@@ -357,7 +358,7 @@ class McpConnection:
         if kind == "stdio":
             assert spec.command is not None
             params = StdioServerParameters(
-                command=spec.command,
+                command=resolve_command(spec.command),  # the app's own bin first
                 args=list(spec.args),
                 env=dict(spec.env) if spec.env else None,
                 cwd=spec.cwd,

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from .builtins import BUILTIN_NAMES, select_builtins
-from .mcp import require_mcp, servers_of
+from .mcp_spec import require_mcp, servers_of
 from .relay import RELAY_SOURCE
 from .texts import tool_returned, unknown_tool
 from .types import Tool, ToolContext, ToolResult

@@ -61,6 +61,9 @@ ALLOWED_TRANSITIONS: dict[str, dict[str, set[str]]] = {
 
 
 DEFAULT_REASON = "declined"  # what the model reads for a refusal without a reason
+# The audit action of telling an MCP server how its question ended when its run will not
+# resume (`execution.elicitations`); its detail: server, told (the action), output, is_error.
+MCP_SERVER_TOLD = "mcp_server_told"
 
 
 def check_transition(entity: str, current: str, new: str) -> None:

@@ -10,6 +10,10 @@ question `cancel` (or the stored refusal: `decline` for a reviewer's decline), t
 (`toolnexus.mcp.answer_elicitation`); no model reads what the tool then returns. The outcome
 is in the request's audit trail (`mcp_server_told`), which also keeps a second run of the task
 from telling the server again.
+
+A run cancelled while a step runs may see that step halt on a new question it can no longer
+store (the run is not the step's any more): no request exists to queue the task for, so the
+worker tells the server `cancel` itself (`tell_unstored`), recorded on the run.
 """
 
 from __future__ import annotations
@@ -22,17 +26,17 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django_tasks import task
 
-from toolnexus import Answer, ToolResult
-from toolnexus.mcp import ELICITATION_KIND, answer_elicitation
+from toolnexus import Answer, Request, ToolResult
+from toolnexus.mcp import ELICITATION_KIND, McpServer, answer_elicitation, elicit_action
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
-from ..domain.records import append_event
+from ..domain.records import MCP_SERVER_TOLD, append_event
 from ..models import ApprovalRequest, Run
 
 log = logging.getLogger(__name__)
 
-TOLD = "mcp_server_told"
+TOLD = MCP_SERVER_TOLD
 # Bounds starting the server and the replayed call together (the call only has to reach
 # the question again).
 TELL_TIMEOUT = 300.0
@@ -75,18 +79,45 @@ def tell(request_pk: int) -> str:
         except Exception as exc:  # recorded; the worker carries on
             log.exception("telling the MCP server of request %s failed", row.request_id)
             result = ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
-    told = "decline" if answer.reason == "declined" else "cancel"
+    return _record(row.run, row, row.to_engine(), answer, result)
+
+
+def tell_unstored(run_id: int, request: Request, servers: list[McpServer]) -> str:
+    """A step halted on a server's question (the server's call cancelled at the halt) but
+    could not store it: the run was cancelled meanwhile, so no request row exists for
+    `run_cancel` to queue `tell` with. Tell the server `cancel` now, in the worker that
+    still has the step's servers; recorded on the run (`detail.request_id`)."""
+    if request.kind != ELICITATION_KIND:
+        return "skipped"
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.status != Run.Status.CANCELLED:
+        return "skipped"  # e.g. another worker took the run over: it asks the question again
+    answer = answer_declined(request.id, "cancelled")
+    try:
+        result = async_to_sync(_tell)(servers, request, answer)
+    except Exception as exc:  # recorded; the worker carries on
+        log.exception("telling the MCP server of run %s's question failed", run_id)
+        result = ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
+    return _record(run, None, request, answer, result)
+
+
+def _record(
+    run: Run, row: ApprovalRequest | None, request: Request, answer: Answer, result: ToolResult
+) -> str:
+    told = elicit_action(answer)  # the engine's rule: what the server was just given
+    extra = {} if row is not None else {"request_id": request.id}
     with transaction.atomic():
         append_event(
-            row.run,
+            run,
             TOLD,
             request=row,
-            server=(row.data or {}).get("server", ""),
+            server=(request.data or {}).get("server", ""),
             told=told,
             output=result.output[:2000],
             is_error=result.is_error,
+            **extra,
         )
-        events.announce(run_id=row.run_id, request_pk=row.pk)
+        events.announce(run_id=run.pk, request_pk=row.pk if row is not None else None)
     return told
 
 

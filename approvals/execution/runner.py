@@ -47,7 +47,7 @@ from ..domain.exceptions import LeaseLost
 from ..domain.jsonvalues import holds_cut
 from ..domain.records import set_run_status
 from ..models import ApprovalRequest, RequestCall, Run, ToolExecution
-from . import clients, journal, store, taskrow
+from . import clients, elicitations, journal, store, taskrow
 from .identity import current_worker_id
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,12 @@ def drive(run_id: int) -> str:
         result=result,
         applied_request_pk=step.applied_pk,
     )
-    return _settle_safely(run_id, worker_id, write, result.status)
+    outcome = _settle_safely(run_id, worker_id, write, result.status)
+    if outcome == "lease lost" and result.pending is not None:
+        # Halted on an MCP server's question the run (cancelled meanwhile) never stored:
+        # nothing else will tell that server how its question ended.
+        elicitations.tell_unstored(run_id, result.pending, servers)
+    return outcome
 
 
 @dataclasses.dataclass

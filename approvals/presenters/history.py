@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..domain.records import MCP_SERVER_TOLD
 from .cards import Outcome
+from .timeline import told_text
 
 HISTORY_LABELS = {
     "run_halted": "The run halted on this request",
@@ -45,5 +47,7 @@ def history(events: Sequence[Any], outcome: Outcome | None = None) -> list[Histo
         reason = ""
         if e.action in ("request_declined", "request_cancelled", "run_cancelled"):
             reason = str((e.detail or {}).get("reason") or "")
+        if e.action == MCP_SERVER_TOLD:  # the action and the tool's result, not the key
+            label = told_text(e.detail or {})
         out.append(HistoryEntry(e.created_at, label, actor, reason))
     return out

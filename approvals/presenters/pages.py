@@ -16,7 +16,7 @@ from django.utils import timezone
 from .. import agents, selectors, services
 from ..models import ApprovalRequest, RequestHide, Run
 from ..permissions import agents_visible_to, can_decide_request, hidden_agents
-from .cards import KIND_LABELS, mcp_call_servers, request_card, request_row
+from .cards import KIND_LABELS, mcp_call_servers, mcp_server_of, request_card, request_row
 from .history import history
 from .timeline import timeline
 
@@ -387,6 +387,17 @@ def inbox_context(user, params, page_number=None) -> dict:
     return context
 
 
+def _told(run: Run, requests: list[ApprovalRequest]) -> dict[int, dict]:
+    """What MCP servers were told of their questions, read only for a cancelled run with a
+    server's question it never resumed with (the one case a page shows it)."""
+    if run.status != Run.Status.CANCELLED or not any(
+        r.applied_at is None and r.state != ApprovalRequest.State.PENDING and mcp_server_of(r)
+        for r in requests
+    ):
+        return {}
+    return selectors.mcp_servers_told(run)
+
+
 def run_context_for(
     run: Run, *, can_decide: bool, viewer=None, open_can_decide: bool | None = None
 ) -> dict:
@@ -410,7 +421,9 @@ def run_context_for(
         "nav": "runs",
         "run": run,
         "can_decide": decide,
-        "entries": timeline(run.messages, requests, mcp_call_servers(requests, journaled)),
+        "entries": timeline(
+            run.messages, requests, mcp_call_servers(requests, journaled), _told(run, requests)
+        ),
         "open_card": request_card(open_row, can_decide=open_can_decide) if open_row else None,
         "next_url": reverse("approvals:run-detail", args=[run.pk]),
     }

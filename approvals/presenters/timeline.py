@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..domain.jsonvalues import cut_deep
-from ..models import ApprovalRequest, RequestCall
-from .cards import WAITING_TEXT, Outcome, _questions, answers_of, call_outcome
+from ..models import ApprovalRequest, RequestCall, Run
+from .cards import WAITING_TEXT, Outcome, _questions, answers_of, call_outcome, mcp_server_of
 
 State = ApprovalRequest.State
+RESUMES_TEXT = "Decided: the run resumes with this decision."
+NOT_RESUMED_TEXT = "Not carried out: the run was cancelled before it resumed."
 
 
 @dataclass
@@ -53,15 +55,35 @@ def _question_answers(text: str, request: ApprovalRequest | None) -> list[tuple[
     return answers_of(data, questions)
 
 
+def told_text(told: Mapping[str, Any]) -> str:
+    """What an MCP server was told of its question when its run would not resume, and what
+    its tool returned (an `mcp_server_told` event's detail), as one sentence."""
+    output = str(told.get("output") or "").strip()
+    text = f"MCP server “{told.get('server') or '?'}” was told “{told.get('told') or '?'}”"
+    return f"{text}; the tool returned: {output}" if output else f"{text}."
+
+
+def unapplied_text(request: ApprovalRequest, told: Mapping[str, Any] | None = None) -> str:
+    """A decided call whose decision is not in the transcript: the run resumes with it, or,
+    once the run is cancelled, never will (and its MCP server was told so, when it was)."""
+    if request.run.status != Run.Status.CANCELLED:
+        return RESUMES_TEXT
+    if told is not None and mcp_server_of(request):
+        return f"{NOT_RESUMED_TEXT} {told_text(told)}"
+    return NOT_RESUMED_TEXT
+
+
 def timeline(
     messages: list[dict[str, Any]],
     requests: Sequence[ApprovalRequest] = (),
     servers: Mapping[str, str] | None = None,
+    told: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> list[TimelineEntry]:
     """The transcript as readable steps (OpenAI- or Anthropic-shaped), with each tool result
     next to the human decision that produced it, and calls still waiting for one marked.
-    `servers`: the MCP server of each call that went to one, by call id."""
-    servers = servers or {}
+    `servers`: the MCP server of each call that went to one, by call id; `told`: what MCP
+    servers were told of their questions when the run would not resume, by request pk."""
+    servers, told = servers or {}, told or {}
     entries: list[TimelineEntry] = []
     names: dict[str, str] = {}
     decided_calls: dict[str, RequestCall] = {}
@@ -91,9 +113,9 @@ def timeline(
         if entry.waiting:
             entry.text, entry.is_error = WAITING_TEXT, False
         elif request is not None and request.applied_at is None:
-            # Decided, but the worker has not carried it into the transcript yet: what is
-            # stored there is still the engine's placeholder.
-            entry.text, entry.is_error = "Decided: the run resumes with this decision.", False
+            # Decided, but the worker has not carried it into the transcript (yet, or ever:
+            # a cancelled run): what is stored there is still the engine's placeholder.
+            entry.text, entry.is_error = unapplied_text(request, told.get(request.pk)), False
         elif entry.name == "question" and not is_error:
             entry.answers = _question_answers(entry.text, request)
         entries.append(entry)

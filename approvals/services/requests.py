@@ -8,7 +8,10 @@ An MCP server's question (kind "elicitation") is answered with the content of it
 checked against the server's requestedSchema first (a 400 naming the field; nothing is
 stored), and the server hears `accept` with it; url mode: approving is consent. A decline
 is `decline` for the server (the reviewer's reason stays in the record); expiry and a
-cancelled run are `cancel`.
+cancelled run are `cancel`. A refusal given as an `Answer` (`request_answer`) is stored as
+given and the engine's rule says what the server hears (`elicit_action`: reason "declined"
+is `decline`, any other is `cancel`); the request's state says the same (declined or
+cancelled), so the record, the API and the server agree.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from django.db import transaction
 
 from toolnexus import Answer
-from toolnexus.mcp import ELICITATION_KIND, elicitation_errors
+from toolnexus.mcp import DECLINE_REASON, ELICITATION_KIND, elicit_action, elicitation_errors
 from toolnexus.relay import RelayResult, answer_declined, decline_text, relay_answer
 
 from .. import agents
@@ -39,8 +42,6 @@ from ..permissions import DECIDE_PERMISSION, require, require_decide_request
 
 State = ApprovalRequest.State
 Decision = RequestCall.Decision
-# The refusal an MCP server hears as `decline` (any other reason is `cancel`).
-DEFAULT_DECLINE = "declined"
 
 
 def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason: str) -> None:
@@ -361,7 +362,7 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
             f"id: the answer's id {parsed.id!r} does not echo the request id {request_id!r}"
         )
     if not parsed.ok:
-        return request_decline(request_id=request_id, user=user, reason=parsed.reason)
+        return _refuse(request_id, user, parsed.reason, as_given=True)
     data = parsed.data or {}
     with transaction.atomic():
         row = lock_for_decision(user, request_id, approving=True)
@@ -407,6 +408,12 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
     """Refuse a request; the reason (default "declined") reaches the model. An MCP server's
     question is declined as such (the server hears `decline`, the model reads "declined"):
     the reason is kept in the record."""
+    return _refuse(request_id, user, reason, as_given=False)
+
+
+def _refuse(request_id: str, user: Any, reason: Any, *, as_given: bool) -> ApprovalRequest:
+    """Refuse a request with `reason`; `as_given`: the reason of an `Answer` the caller built
+    (`request_answer`), which an MCP server's question passes on as it is."""
     require(user, DECIDE_PERMISSION, "decide requests")
     reason = clean_reason(reason)
     with transaction.atomic():
@@ -417,6 +424,19 @@ def request_decline(*, request_id: str, user: Any, reason: Any = "") -> Approval
             call.output, call.is_error = decline_text(call.tool_name, reason), True
             _save_decided_call(call)
         row.listed_calls = calls  # as saved: the reply shows them without reading them again
-        told = DEFAULT_DECLINE if row.kind == ELICITATION_KIND else reason
-        _decide(row, user, State.DECLINED, answer_declined(row.request_id, told), reason)
+        new_state, answer = _refusal(row, reason, as_given=as_given)
+        _decide(row, user, new_state, answer, reason)
     return row
+
+
+def _refusal(row: ApprovalRequest, reason: str, *, as_given: bool) -> tuple[str, Answer]:
+    """The state and the stored answer of a refusal. The stored answer is what the engine
+    gives the run, so for an MCP server's question the state names what the server will
+    hear: the reviewer's Decline is `decline` (their reason stays in the record only); an
+    Answer's own reason goes to the engine as it is, and `decline` or `cancel` follows from
+    it by the engine's rule (state declined or cancelled)."""
+    if row.kind != ELICITATION_KIND:
+        return State.DECLINED, answer_declined(row.request_id, reason)
+    answer = answer_declined(row.request_id, reason if as_given else DECLINE_REASON)
+    heard = elicit_action(answer)
+    return (State.DECLINED if heard == "decline" else State.CANCELLED), answer

@@ -32,9 +32,9 @@ from approvals.agents.demo import (
 )
 from approvals.agents.demo_mcp_server import LOG_ENV, QUESTION
 from approvals.domain.exceptions import InvalidInput
-from approvals.execution import recovery
+from approvals.execution import recovery, store
 from approvals.execution.elicitations import TOLD, tell
-from approvals.models import ApprovalRequest, Run, ToolExecution
+from approvals.models import ApprovalRequest, Event, Run, ToolExecution
 from approvals.presenters.cards import request_card
 from tests.engine.mcp_servers.harness import (
     demo as engine_demo_server,
@@ -335,6 +335,69 @@ def test_a_run_cancelled_before_its_decided_question_reached_the_server(
     assert fresh(run).status == "cancelled"
     assert answers(log) == [(heard, None)]
     assert not ToolExecution.objects.filter(run=run).exists()  # nothing was booked
+    # the record names what the server heard: a reviewer's decline stays "decline"
+    (told,) = row.events.filter(action=TOLD)
+    assert told.detail["told"] == heard
+    assert f"the guest said {heard}" in told.detail["output"]
+
+
+def test_a_run_cancelled_while_its_step_halts_on_a_question_tells_the_server_cancel(
+    booker, log, reviewer, monkeypatch
+):
+    """The cancel lands while a step runs: the step halts on the server's question (the
+    server's call is cancelled at the halt), but the run is no longer the step's to store it
+    in, so no request exists for a cancel to tell. The worker tells the server itself."""
+    original = store.run_store_result
+
+    def cancelled_first(**kwargs: Any) -> Any:
+        services.run_cancel(run_id=kwargs["run"].pk, user=reviewer, reason="changed my mind")
+        return original(**kwargs)
+
+    monkeypatch.setattr(store, "run_store_result", cancelled_first)
+    run = services.run_start(agent=booker, prompt=BOOK, started_by=reviewer)
+    assert drain() == 1
+    run = fresh(run)
+    assert run.status == "cancelled"
+    assert not run.requests.exists()  # the question was never stored
+    assert [e["event"] for e in events(log) if e["event"] != "start"] == [
+        "call",
+        "cancelled",  # at the halt
+        "call",
+        "answer",  # replayed, and its question answered
+    ]
+    assert answers(log) == [("cancel", None)]
+    (told,) = Event.objects.filter(run=run, action=TOLD)
+    assert told.request_id is None and told.detail["request_id"].startswith("elc-")
+    assert (told.detail["server"], told.detail["told"]) == ("tables", "cancel")
+    assert told.detail["output"].endswith("the guest said cancel.")
+    assert not ToolExecution.objects.filter(run=run).exists()  # nothing was booked
+
+
+@pytest.mark.parametrize(
+    ("decline_first", "heard"), [(False, "cancel"), (True, "decline")], ids=["open", "declined"]
+)
+def test_a_cancelled_runs_question_reads_that_it_never_resumed_and_what_the_server_heard(
+    booker, log, reviewer, decline_first, heard
+):
+    run, row = halt(booker, reviewer)
+    if decline_first:
+        services.request_decline(request_id=row.request_id, user=reviewer, reason="no show")
+    services.run_cancel(run_id=run.pk, user=reviewer, reason="the guest left")
+    client = session_client(reviewer)
+    page = client.get(f"/requests/{row.request_id}/").content.decode()
+    assert "the run resumes with this decision" not in page
+    assert "Not carried out: the run was cancelled before it resumed." in page
+    drain()  # the server is told
+    told = (
+        f"MCP server “tables” was told “{heard}”; the tool returned: declined/expired: "
+        f"{QUESTION} (reason: {'declined' if decline_first else 'cancelled'})"
+    )
+    page = client.get(f"/requests/{row.request_id}/").content.decode()
+    assert "the run resumes with this decision" not in page
+    assert page.count(told) == 2, page  # the call in the transcript, and the history
+    assert f"the guest said {heard}." in page
+    assert "Mcp server told" not in page
+    assert told in client.get(f"/runs/{run.pk}/").content.decode()
 
 
 def test_content_that_does_not_fit_the_form_is_refused_naming_the_field(booker, reviewer):
@@ -403,6 +466,47 @@ def test_the_api_answers_an_elicitation_with_approve_answer_and_decline(booker, 
     assert declined.json()["decision"]["reason"] == "spam"
     drain()
     assert answers(log)[-1] == ("decline", None)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "state", "heard"),
+    [
+        ({"reason": "cancelled"}, "cancelled", "cancel"),
+        ({"reason": "not a real guest"}, "cancelled", "cancel"),
+        ({"reason": "declined"}, "declined", "decline"),
+        ({}, "declined", "decline"),  # no reason: the default, "declined"
+    ],
+    ids=["cancelled", "free-text", "declined", "no-reason"],
+)
+def test_a_refusal_through_answer_is_stored_and_reported_as_what_the_server_hears(
+    booker, log, reviewer, refusal, state, heard
+):
+    """`/answer` with `ok: false` hands the engine the Answer as given; the engine's rule
+    (`elicit_action`) says what the server hears, and the state, the history and the API say
+    the same."""
+    client = session_client()
+    headers = bearer(reviewer)
+    run, row = halt(booker, reviewer)
+    body = {"id": row.request_id, "ok": False, **refusal}
+    response = post_json(client, f"/api/requests/{row.request_id}/answer", body, headers=headers)
+    assert response.status_code == 200, response.text
+    reason = refusal.get("reason", "declined")
+    shown = response.json()
+    assert shown["state"] == state
+    assert shown["decision"]["answer"] == {"id": row.request_id, "ok": False, "reason": reason}
+    assert shown["decision"]["reason"] == reason
+    row.refresh_from_db()
+    assert answer_to_elicit_result(Answer.from_dict(row.answer)).action == heard
+    assert row.events.filter(action=f"request_{state}").exists()
+    drain()
+    run = fresh(run)
+    assert run.status == "done", run.error  # the run goes on either way
+    assert answers(log) == [(heard, None)]
+    assert tool_output(run, "call_book") == (
+        f"declined/expired: {QUESTION} (reason: {reason})\n"
+        f"No table booked at Trattoria Demo: the guest said {heard}."
+    )
+    assert client.get(f"/api/requests/{row.request_id}", headers=headers).json()["state"] == state
 
 
 # -- pages ---------------------------------------------------------------------------------

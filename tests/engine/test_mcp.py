@@ -8,8 +8,11 @@ The model is the scripted in-process provider of `helpers.py`.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +28,7 @@ from tests.engine.mcp_servers.harness import (
     server_pids,
 )
 from toolnexus import Answer, ToolContext, create_toolkit
-from toolnexus.mcp import McpServer, McpServerError, servers_of
+from toolnexus.mcp import McpServer, McpServerError, resolve_command, servers_of
 from toolnexus.relay import answer_output
 
 
@@ -410,6 +413,40 @@ async def test_the_published_time_server_over_stdio():
     seen = provider.results_seen()
     assert '"datetime": "' in seen["c1"] and "T21:00:00+09:00" in seen["c1"]
     assert "Invalid timezone" in seen["c2"]
+
+
+def test_a_bare_command_is_found_beside_the_running_interpreter_first(tmp_path):
+    """A server installed into the app's environment (its `bin`, the running interpreter's
+    scripts directory) is found there, before PATH; anything else is left to PATH."""
+    bin_dir = Path(sys.executable).parent
+    installed = bin_dir / "mcp-server-time"
+    if not installed.exists():
+        pytest.skip("mcp-server-time is not installed beside this interpreter")
+    assert resolve_command("mcp-server-time") == str(installed)
+    assert resolve_command("no-such-mcp-server") == "no-such-mcp-server"  # PATH decides
+    assert resolve_command(PYTHON) == PYTHON  # a path is never searched for
+    assert resolve_command("./mcp-server-time") == "./mcp-server-time"
+
+
+async def test_a_server_installed_in_the_apps_environment_starts_without_its_bin_on_path(
+    monkeypatch,
+):
+    """`./dev run` or a bare `.venv/bin/python manage.py serve`: the venv's bin is not on
+    PATH, and `mcp-server-time` (installed there by the `mcp` extra) still starts."""
+    if not (Path(sys.executable).parent / "mcp-server-time").exists():
+        pytest.skip("mcp-server-time is not installed beside this interpreter")
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.pathsep.join(
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != bin_dir
+    )
+    monkeypatch.setenv("PATH", path or os.defpath)
+    if shutil.which("mcp-server-time") is not None:
+        pytest.skip("another mcp-server-time is on PATH: nothing to prove")
+    spec = McpServer.stdio("time", "mcp-server-time", "--local-timezone", "UTC")
+    async with await create_toolkit(builtins=False, mcp_servers=[spec]) as tk:
+        assert {t.name for t in tk.tools()} == {"get_current_time", "convert_time"}
+        result = await tk.execute("get_current_time", {"timezone": "UTC"}, ToolContext())
+    assert '"timezone": "UTC"' in result.output
 
 
 async def test_streamable_http_with_headers(log):

@@ -26,6 +26,7 @@ from toolnexus.mcp import (
     McpServer,
     answer_elicitation,
     answer_to_elicit_result,
+    elicit_action,
     elicitation_errors,
 )
 from toolnexus.relay import answer_declined
@@ -415,6 +416,39 @@ def test_answer_to_elicit_result_returns_the_sdks_type():
     }
     assert answer_to_elicit_result(answer_declined("r")).action == "decline"
     assert answer_to_elicit_result(answer_declined("r", "expired")).action == "cancel"
+
+
+@pytest.mark.parametrize(
+    ("answer", "action"),
+    [
+        (Answer(id="r", ok=True, data={"name": "Ada"}), "accept"),
+        (answer_declined("r"), "decline"),
+        (answer_declined("r", "cancelled"), "cancel"),
+        (answer_declined("r", "expired"), "cancel"),
+        (answer_declined("r", "not a real guest"), "cancel"),
+    ],
+)
+def test_elicit_action_names_what_the_server_hears_without_the_sdk(answer, action):
+    """The one rule a host records by (`elicit_action`) is the one the SDK result follows."""
+    assert elicit_action(answer) == action
+    assert answer_to_elicit_result(answer).action == action
+
+
+def test_the_connection_code_does_not_import_the_public_mcp_module():
+    """`toolnexus.mcp` imports `toolnexus.mcp_client` (lazily); the reverse would be a cycle
+    (the acyclic contract in pyproject.toml checks every engine module)."""
+    import ast
+    import inspect
+
+    from toolnexus import mcp_client
+
+    tree = ast.parse(inspect.getsource(mcp_client))
+    imported = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+    }
+    assert "mcp" not in imported and "mcp_spec" in imported
 
 
 def test_elicitation_errors_name_each_field():
