@@ -31,8 +31,10 @@ from approvals.management.commands import serve
 from approvals.models import ApprovalRequest
 
 from .factories import make_user, post_json, session_client, start_and_halt
+from .test_security_defaults import _manage
 
 HOST_URLS = "tests.approvals.host_urls"
+WITHOUT_TASKS_DB = "tests.approvals.settings_without_tasks_db"
 HOST_TEMPLATES = Path(__file__).parent / "host_templates"
 
 
@@ -161,6 +163,17 @@ def test_check_e003_required_apps(settings):
         'Add "django_htmx" to INSTALLED_APPS.',
         'Add "template_partials" to INSTALLED_APPS.',
     }
+
+
+def test_check_e003_without_django_tasks_db_is_said_not_a_traceback(tmp_path):
+    """A project that adds the app but forgets django_tasks_db. Django's setup imported the
+    app's admin and services, which imported django-tasks-db's model: a RuntimeError before
+    any check ran."""
+    done = _manage(tmp_path, "check", DJANGO_SETTINGS_MODULE=WITHOUT_TASKS_DB)
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out
+    assert done.returncode != 0
+    assert '(approvals.E003) "django_tasks_db" is not in INSTALLED_APPS' in out, out
 
 
 def test_check_e004_channel_layer(settings):
