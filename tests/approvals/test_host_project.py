@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import global_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.staticfiles import finders
@@ -35,6 +36,8 @@ from .test_security_defaults import _manage
 
 HOST_URLS = "tests.approvals.host_urls"
 WITHOUT_TASKS_DB = "tests.approvals.settings_without_tasks_db"
+FRESH_URLS = "tests.approvals.fresh_urls"  # startproject's URLconf plus the README's lines
+NO_SIGN_IN_URLS = "tests.approvals.no_sign_in_urls"
 HOST_TEMPLATES = Path(__file__).parent / "host_templates"
 
 
@@ -198,6 +201,30 @@ def test_check_e006_urls(settings):
     assert error.id == "approvals.E006" and 'include("approvals.urls")' in error.hint
 
 
+@pytest.mark.parametrize(
+    ("urls", "login_url", "said"),
+    [
+        # startproject + the app: Django's default LOGIN_URL leads to a 404.
+        (NO_SIGN_IN_URLS, "/accounts/login/", "signed-out reviewers would be sent to a 404"),
+        (NO_SIGN_IN_URLS, "login", "names no URL"),
+        (NO_SIGN_IN_URLS, "/admin/login/", "refuses every account that is not staff"),
+        (FRESH_URLS, "/accounts/login/?from=inbox", None),  # the app's sign-in page
+        (FRESH_URLS, "login", None),
+        (NO_SIGN_IN_URLS, "https://sso.example/login", None),  # served elsewhere
+    ],
+)
+def test_check_w001_login_url(settings, urls, login_url, said):
+    settings.ROOT_URLCONF = urls
+    settings.LOGIN_URL = login_url
+    found = checks.check_login_url()
+    if said is None:
+        assert found == []
+    else:
+        (warning,) = found
+        assert warning.id == "approvals.W001" and said in warning.msg
+        assert 'include("approvals.auth_urls")' in warning.hint
+
+
 def test_check_e008_a_database_without_returning(monkeypatch):
     assert checks.check_databases() == []  # the databases the suite runs on have it
     if connection.vendor == "sqlite":  # an SQLite before 3.35
@@ -332,6 +359,58 @@ async def test_a_live_page_connects_under_the_mount(settings):
     refused = WebsocketCommunicator(app, "/ws/inbox/", headers=headers)  # not mounted there
     with pytest.raises(ValueError, match="No route found"):
         await refused.connect(timeout=5)
+
+
+# -- signing in -------------------------------------------------------------------------------
+
+
+@pytest.mark.urls(FRESH_URLS)
+@pytest.mark.django_db
+def test_a_new_project_signs_reviewers_in_with_the_apps_page(settings):
+    """The README's one line gives a new project a sign-in page: before, the inbox sent
+    signed-out reviewers to /accounts/login/, a 404, and the admin's sign-in refused them
+    (not staff)."""
+    settings.LOGIN_URL = global_settings.LOGIN_URL
+    settings.LOGIN_REDIRECT_URL = global_settings.LOGIN_REDIRECT_URL
+    settings.LOGOUT_REDIRECT_URL = global_settings.LOGOUT_REDIRECT_URL
+    reviewer = make_user(password="a reviewer's phrase 7")
+    client = Client()
+    to_sign_in = client.get("/approvals/")
+    assert to_sign_in.status_code == 302
+    assert to_sign_in["Location"] == "/accounts/login/?next=/approvals/"
+    page = client.get(to_sign_in["Location"])
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'class="approvals-app"' in text and "<h1>Sign in</h1>" in text
+    assert 'name="next" value="/approvals/"' in text
+
+    wrong = client.post(
+        "/accounts/login/", {"username": reviewer.username, "password": "not it", "next": "/"}
+    )
+    assert wrong.status_code == 200 and "did not match" in wrong.content.decode()
+    signed_in = client.post(
+        "/accounts/login/",
+        {"username": reviewer.username, "password": "a reviewer's phrase 7", "next": "/approvals/"},
+    )
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/approvals/"
+    inbox = client.get("/approvals/").content.decode()
+    assert 'id="request-list"' in inbox and 'action="/accounts/logout/"' in inbox
+
+    signed_out = client.post("/accounts/logout/")
+    assert signed_out.status_code == 200 and "You are signed out" in signed_out.content.decode()
+    assert client.get("/approvals/").status_code == 302
+
+    # Straight to the sign-in page, no ?next=: the inbox, not Django's /accounts/profile/.
+    again = client.post(
+        "/accounts/login/", {"username": reviewer.username, "password": "a reviewer's phrase 7"}
+    )
+    assert again["Location"] == "/approvals/"
+    settings.LOGIN_REDIRECT_URL = "/admin/"  # a project's own choice wins
+    client.post("/accounts/logout/")
+    again = client.post(
+        "/accounts/login/", {"username": reviewer.username, "password": "a reviewer's phrase 7"}
+    )
+    assert again["Location"] == "/admin/"
 
 
 # -- the page frame and static files ---------------------------------------------------------
