@@ -18,6 +18,8 @@ each missing or misplaced piece with an id and a hint that shows what to write:
                   which the decision path reads back: PostgreSQL, or SQLite 3.35 or newer
 - approvals.W001  LOGIN_URL leads nowhere in ROOT_URLCONF (signed-out reviewers are sent to a
                   404), or to the admin's sign-in, which refuses reviewers who are not staff
+- approvals.W002  ALLOWED_HOSTS is empty with DEBUG off: every page is refused, and every
+                  live page's socket (`manage.py serve`, unlike runserver, starts anyway)
 """
 
 from __future__ import annotations
@@ -243,6 +245,22 @@ def check_triage_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     return errors
 
 
+def check_allowed_hosts(**kwargs: Any) -> list[checks.CheckMessage]:
+    """With DEBUG on, an empty ALLOWED_HOSTS allows the loopback names (Django's fallback,
+    which the live pages' origin check follows); with DEBUG off it allows nothing."""
+    if settings.DEBUG or list(getattr(settings, "ALLOWED_HOSTS", None) or []):
+        return []
+    return [
+        checks.Warning(
+            "ALLOWED_HOSTS is empty and DEBUG is off: every page is refused (400) and every "
+            "live page's socket (403).",
+            hint='Set ALLOWED_HOSTS to the names the app is reached by, e.g. ["localhost", '
+            '"127.0.0.1"] or ["approvals.example.com"].',
+            id="approvals.W002",
+        )
+    ]
+
+
 def check_databases(**kwargs: Any) -> list[checks.CheckMessage]:
     """The decision path claims a run with `UPDATE ... RETURNING` and inserts rows with
     `INSERT ... RETURNING` (domain.statements): PostgreSQL, or SQLite 3.35 or newer."""
@@ -273,6 +291,7 @@ SETTINGS_CHECKS = [
     check_app_order,
     check_triage_settings,
     check_databases,
+    check_allowed_hosts,
 ]
 
 

@@ -225,6 +225,18 @@ def test_check_w001_login_url(settings, urls, login_url, said):
         assert 'include("approvals.auth_urls")' in warning.hint
 
 
+def test_check_w002_no_allowed_hosts_with_debug_off(settings):
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = []
+    (warning,) = checks.check_allowed_hosts()
+    assert warning.id == "approvals.W002" and "live page's socket" in warning.msg
+    settings.DEBUG = True  # startproject's settings: Django's loopback fallback, no warning
+    assert checks.check_allowed_hosts() == []
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = ["shop.example"]
+    assert checks.check_allowed_hosts() == []
+
+
 def test_check_e008_a_database_without_returning(monkeypatch):
     assert checks.check_databases() == []  # the databases the suite runs on have it
     if connection.vendor == "sqlite":  # an SQLite before 3.35
