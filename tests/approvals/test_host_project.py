@@ -489,6 +489,57 @@ async def A_PROJECTS_APPLICATION(scope, receive, send):  # a project's ASGI app
     raise AssertionError("never called")
 
 
+def test_serve_uses_the_asgi_py_next_to_the_settings_without_asgi_application(settings):
+    """startproject sets no ASGI_APPLICATION; the README adds the live pages' sockets to
+    the project's asgi.py. Before, serve built an application of its own and ignored it."""
+    from tests.approvals.host_project import asgi
+
+    del settings.ASGI_APPLICATION
+    settings.SETTINGS_MODULE = "tests.approvals.host_project.settings"
+    assert serve.asgi_application_path() == "tests.approvals.host_project.asgi.application"
+    assert serve.load_asgi_application() is asgi.application
+    settings.SETTINGS_MODULE = "no_such_project.settings"  # no asgi.py there: the URLconf's
+    assert serve.asgi_application_path() == "toolnexus_web.asgi.application"
+    settings.ROOT_URLCONF = "tests.approvals.no_app_urls"
+    settings.WSGI_APPLICATION = None
+    assert serve.asgi_application_path() is None  # none: Django's with the live pages
+
+
+def test_serve_names_the_projects_own_secret_key(settings):
+    """A host project's SECRET_KEY is its own setting; before, serve said "random, this
+    process only" (what the demo project says of a key it made up)."""
+    del settings.TOOLNEXUS_SECRET_KEY_FILE
+    assert serve.secret_key_source() == "the project's SECRET_KEY setting"
+    settings.TOOLNEXUS_SECRET_KEY_FILE = None  # the demo project, with a key of its own making
+    assert serve.secret_key_source() in ("random, this process only", "DJANGO_SECRET_KEY")
+
+
+async def test_the_live_application_serves_static_files_with_debug_on(settings):
+    """`daphne shop.asgi:application` (with `db_worker`) serves the pages' stylesheet and
+    scripts with DEBUG on, as runserver and serve do; before, they were 404s."""
+    import httpx
+
+    settings.DEBUG = True
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "WhiteNoise" not in m]
+    application = routing.live_application()
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        response = await client.get("/static/approvals/app.js")
+    assert response.status_code == 200 and "appData" in response.text
+    assert serve.load_asgi_application() is not None  # serve wraps it no second time
+    assert routing.with_static_files(application) is application
+    assert routing.serves_websockets(application)
+    settings.DEBUG = False  # WhiteNoise's job, or a web server's (collectstatic)
+    assert not routing.serves_static_files()
+
+
+def test_serve_says_when_the_application_refuses_websockets():
+    from django.core.asgi import get_asgi_application
+
+    assert not routing.serves_websockets(get_asgi_application())  # asgi.py left as it was
+    assert not routing.serves_websockets(routing.with_static_files(get_asgi_application()))
+
+
 def test_serve_does_not_reexecute_for_a_project_that_ignores_the_bind(settings):
     del settings.TOOLNEXUS_HOST
     assert serve.settings_env("0.0.0.0", ["example.com"]) == {}

@@ -22,6 +22,7 @@ setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import secrets
 import sys
@@ -86,25 +87,38 @@ def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
     return ensure_demo_accounts(password, superuser=plan.demo_superuser)
 
 
-def load_asgi_application():
-    """The project's ASGI_APPLICATION; without one, Django's HTTP application with the live
-    pages' websockets (approvals.live.routing.live_application). With DEBUG on, static files
-    are served as `runserver` serves them, unless WhiteNoise's middleware does already."""
-    from django.apps import apps
-
+def asgi_application_path() -> str | None:
+    """Where the project's ASGI application is: ASGI_APPLICATION, else the `application` of
+    the asgi.py that `startproject` puts next to the settings (and the URLconf), which is
+    where the README has the live pages' sockets added; startproject does not set
+    ASGI_APPLICATION. None when there is neither."""
     path = getattr(settings, "ASGI_APPLICATION", None)
     if path:
-        application = import_string(path)
-    else:
-        from approvals.live.routing import live_application
+        return path
+    wsgi = getattr(settings, "WSGI_APPLICATION", None) or ""
+    for module in (settings.SETTINGS_MODULE, settings.ROOT_URLCONF, wsgi.rpartition(".")[0]):
+        package = (module or "").rpartition(".")[0]
+        if not package:
+            continue
+        try:
+            found = importlib.util.find_spec(f"{package}.asgi") is not None
+        except ImportError:
+            found = False
+        if found:
+            return f"{package}.asgi.application"
+    return None
 
-        application = live_application()
-    whitenoise = "whitenoise.middleware.WhiteNoiseMiddleware" in settings.MIDDLEWARE
-    if settings.DEBUG and apps.is_installed("django.contrib.staticfiles") and not whitenoise:
-        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
-        application = ASGIStaticFilesHandler(application)
-    return application
+def load_asgi_application(path: str | None = None):
+    """The application at `path` (default `asgi_application_path()`); without one, Django's
+    HTTP application with the live pages' websockets (approvals.live.routing
+    .live_application). With DEBUG on, static files are served as `runserver` serves them,
+    unless WhiteNoise's middleware (or the application itself) does already."""
+    from approvals.live.routing import live_application, with_static_files
+
+    path = path or asgi_application_path()
+    application = import_string(path) if path else live_application()
+    return with_static_files(application)
 
 
 def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
@@ -121,6 +135,16 @@ def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
             [*env_list("TOOLNEXUS_ALLOWED_HOSTS"), *missing]
         )
     return wanted
+
+
+def secret_key_source() -> str:
+    """Where settings.SECRET_KEY came from, as serve says it at start."""
+    if not hasattr(settings, "TOOLNEXUS_SECRET_KEY_FILE"):
+        return "the project's SECRET_KEY setting"  # settings that are not the demo project's
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return "DJANGO_SECRET_KEY"
+    path = settings.TOOLNEXUS_SECRET_KEY_FILE
+    return str(path) if path else "random, this process only"
 
 
 class Command(BaseCommand):
@@ -195,7 +219,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"live push: {settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}"
         )
-        self.stdout.write(f"secret key: {self._key_source()}")
+        self.stdout.write(f"secret key: {secret_key_source()}")
         self._static_files(plan, no_worker)
         if plan.demo_accounts:
             password = os.environ.get("TOOLNEXUS_DEMO_PASSWORD") or secrets.token_urlsafe(9)
@@ -209,7 +233,9 @@ class Command(BaseCommand):
         if worker is not None:
             self.stdout.write("worker: in-process, on the server's event loop")
         # Loaded after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
-        application = load_asgi_application()
+        application_path = asgi_application_path()
+        application = load_asgi_application(application_path)
+        self._say_application(application_path, application)
 
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
 
@@ -272,11 +298,23 @@ class Command(BaseCommand):
                     f"is (its own password; `manage.py changepassword {username}`)"
                 )
 
-    def _key_source(self) -> str:
-        path = getattr(settings, "TOOLNEXUS_SECRET_KEY_FILE", None)
-        if os.environ.get("DJANGO_SECRET_KEY"):
-            return "DJANGO_SECRET_KEY"
-        return str(path) if path else "random, this process only"
+    def _say_application(self, path: str | None, application) -> None:
+        from approvals.live.routing import serves_websockets
+
+        shown = path or "Django's, with the live pages (no ASGI_APPLICATION, no asgi.py found)"
+        if path and not getattr(settings, "ASGI_APPLICATION", None):
+            shown += " (ASGI_APPLICATION is not set: the asgi.py next to the settings)"
+        self.stdout.write(f"application: {shown}")
+        if not serves_websockets(application):
+            module = (path or "").rpartition(".")[0]
+            self.stderr.write(
+                self.style.WARNING(
+                    f"{path} is Django's own ASGI handler: it refuses websockets, so live pages "
+                    f"never update. In {module.replace('.', '/')}.py, append: `from "
+                    "approvals.live.routing import live_application` and `application = "
+                    "live_application(application)`."
+                )
+            )
 
     def _static_files(self, plan: Exposure, no_worker: bool) -> None:
         """DEBUG off serves hashed copies from STATIC_ROOT (WhiteNoise): on a non-loopback
@@ -299,7 +337,7 @@ class Command(BaseCommand):
     def _warn_exposed(self, plan: Exposure, port: int) -> None:
         lines = [
             f"WARNING: listening on {plan.host}:{port}: other machines can connect to this app.",
-            f"  DEBUG is off; the secret key is from {self._key_source()}.",
+            f"  DEBUG is off; the secret key is from {secret_key_source()}.",
             f"  Accepted Host names: {', '.join(settings.ALLOWED_HOSTS)} "
             "(more with --allowed-host NAME).",
         ]
