@@ -33,6 +33,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
 from approvals import events
@@ -73,6 +74,30 @@ def plan_exposure(host: str, *, demo_accounts: bool | None, debug: bool) -> Expo
     if demo_accounts is None:
         demo_accounts = loopback and bool(app_settings.DEMO_ACCOUNTS)
     return Exposure(host, loopback, demo_accounts, demo_superuser=demo_accounts and loopback)
+
+
+def refuse_demo_superusers(plan: Exposure, port: int, *, allowed: bool) -> None:
+    """On a bind other machines reach, a demo superuser (made by an earlier loopback start,
+    its password printed there) would let anyone who saw that password administer the app:
+    no start until it is gone, or the operator says it may stay (--allow-demo-superuser)."""
+    from approvals.permissions import demo_superusers
+
+    if plan.loopback or allowed:
+        return
+    try:
+        names = demo_superusers()
+    except DatabaseError:  # no tables yet (`manage.py migrate` is reported): no users either
+        return
+    if not names:
+        return
+    shown = ", ".join(names)
+    raise CommandError(
+        f"refusing to serve on {plan.host}:{port}, which other machines can reach: the "
+        f"superuser {shown} was made by an earlier start on loopback, which printed its "
+        "password. Deactivate or delete it (the admin, or `manage.py shell`), or start with "
+        "--allow-demo-superuser to serve with it (then change its password: `manage.py "
+        f"changepassword {names[0]}`)."
+    )
 
 
 def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
@@ -184,6 +209,12 @@ class Command(BaseCommand):
             help="do not create or print the demo accounts",
         )
         parser.add_argument(
+            "--allow-demo-superuser",
+            action="store_true",
+            help="serve on a non-loopback bind although a demo superuser (`admin`) made by an "
+            "earlier loopback start is active (refused otherwise: its password was printed)",
+        )
+        parser.add_argument(
             "--allowed-host",
             action="append",
             default=[],
@@ -195,7 +226,17 @@ class Command(BaseCommand):
         self._from_command_line = True
         super().run_from_argv(argv)
 
-    def handle(self, *, host, port, no_worker, demo_accounts, allowed_host, **options):
+    def handle(
+        self,
+        *,
+        host,
+        port,
+        no_worker,
+        demo_accounts,
+        allowed_host,
+        allow_demo_superuser,
+        **options,
+    ):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
@@ -213,6 +254,7 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
         else:
             self.check_migrations()  # says so when some are not applied (`manage.py migrate`)
+        refuse_demo_superusers(plan, port, allowed=allow_demo_superuser)
         self.stdout.write(
             f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} ({settings.DATABASES['default']['NAME']})"
         )
