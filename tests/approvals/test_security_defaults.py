@@ -122,6 +122,12 @@ def test_a_non_loopback_bind_allows_the_hosts_it_is_reachable_by(tmp_path):
     assert "[2001:db8::5]" in _settings(tmp_path, TOOLNEXUS_HOST="2001:db8::5")["ALLOWED_HOSTS"]
 
 
+def test_the_default_allowed_hosts_are_loopback_names_only(tmp_path):
+    """No `testserver` (the test client's Host) outside tests: pytest-django and Django's
+    test runner add it themselves."""
+    assert _settings(tmp_path)["ALLOWED_HOSTS"] == ["localhost", "127.0.0.1", "[::1]"]
+
+
 def test_loopback_keeps_debug_but_never_the_hard_coded_key(tmp_path):
     loaded = _settings(tmp_path)  # no TOOLNEXUS_HOST: serve's default bind, 127.0.0.1
     assert loaded["DEBUG"] is True
@@ -305,6 +311,8 @@ HEADERS_SCRIPT = """
 import json, django
 django.setup()
 from django.test import Client
+from django.test.utils import setup_test_environment
+setup_test_environment()  # allows the test client's Host, testserver, as a test runner does
 c = Client()
 out = {}
 for name, secure, extra in (("https", True, {}), ("http", False, {}),
