@@ -128,7 +128,8 @@ def served(shop, tmp_path):
             server.wait(timeout=5)
 
 
-def test_a_new_project_declines_a_run_live_in_a_browser(served, contexts, shoot):
+# `contexts` first: without Chromium the test is skipped before the project is built.
+def test_a_new_project_declines_a_run_live_in_a_browser(contexts, shoot, served):
     base, log = served
     started = log.read_text()
     assert "secret key: the project's SECRET_KEY setting" in started, started

@@ -1,7 +1,8 @@
 """`python manage.py serve`: the whole app in one process.
 
-Serves the project's ASGI_APPLICATION (HTTP and websockets) with Daphne, with a worker
-running on the server's event loop. In any project it serves what the project configured and
+Serves the project's ASGI application (HTTP and websockets) with Daphne, with a worker
+running on the server's event loop: ASGI_APPLICATION, else the asgi.py next to the settings
+(startproject's layout, where the README adds the live pages' sockets). In any project it serves what the project configured and
 touches nothing else; what this repository's demo project adds is opt-in through settings:
 TOOLNEXUS_SERVE_MIGRATE (apply migrations first; otherwise unapplied ones are only reported)
 and TOOLNEXUS_DEMO_ACCOUNTS (on loopback, make the demo accounts and print their password).
@@ -14,7 +15,8 @@ Loopback (the default, 127.0.0.1) is the laptop setup: DEBUG on, demo accounts w
 password, the `admin` superuser among them. Any other bind (`--host 0.0.0.0`) lets other
 machines connect, so: DEBUG off (refused if forced on), the allowed hosts follow the bind, no
 demo accounts unless `--demo-accounts` (reviewers only: never a superuser with a printed
-password), static files collected, and a warning saying so. Settings are read before a
+password), static files collected, and a warning saying so; a demo superuser left active by
+an earlier loopback start stops the start unless `--allow-demo-superuser`. Settings are read before a
 command runs, so when the bind is not the one they were loaded for (`TOOLNEXUS_HOST`, a
 setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST` set.
 """
