@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from tests.packaging.fresh_host import build_wheel, free_port, host_env, make_venv, new_project, run
 
@@ -175,3 +177,17 @@ def test_a_new_project_declines_a_run_live_in_a_browser(contexts, shoot, served)
     expect(starter.locator("#live")).to_have_text("live")
     shoot(starter, "3-run-reply")
     assert "refused" not in log.read_text(), log.read_text()  # no socket was turned away
+
+    # A page of another origin is turned away, and the server's output says why (a project
+    # with no LOGGING of its own: Python's last-resort handler prints warnings).
+    with pytest.raises(InvalidStatus, match="403"):
+        connect(
+            base.replace("http://", "ws://") + "/approvals/ws/inbox/",
+            origin="http://elsewhere.example",
+            open_timeout=WAIT,
+        )
+    deadline = time.monotonic() + WAIT
+    while "refused (403)" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    assert "'http://elsewhere.example'" in log.read_text()
