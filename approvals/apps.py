@@ -9,13 +9,18 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The composition root: settings get their defaults, the system checks are
         # registered, agents are discovered, and the live layer hears changes.
+        from django.apps import apps
+
         from . import checks, conf
         from .agents.discovery import autodiscover
+        from .execution import taskrow
         from .live import access, publisher  # noqa: F401  (publisher hears approvals.events.changed)
 
         conf.install_defaults()
         checks.register()
         autodiscover()
+        if apps.is_installed("django_tasks_db"):  # else approvals.E003 says it is missing
+            taskrow.connect()
         _connect_token_revocation()
         access.connect()
         _connect_stale_plan_recovery()

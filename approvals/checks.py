@@ -16,17 +16,23 @@ each missing or misplaced piece with an id and a hint that shows what to write:
                   as a failing page later (a claim lasting past year 1 overflows the date)
 - approvals.E008  a database that cannot return an UPDATE's or INSERT's rows (`RETURNING`),
                   which the decision path reads back: PostgreSQL, or SQLite 3.35 or newer
+- approvals.W001  LOGIN_URL leads nowhere in ROOT_URLCONF (signed-out reviewers are sent to a
+                  404), or to the admin's sign-in, which refuses reviewers who are not staff
+- approvals.W002  ALLOWED_HOSTS is empty with DEBUG off: every page is refused, and every
+                  live page's socket (`manage.py serve`, unlike runserver, starts anyway)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core import checks
 from django.db import connections
-from django.urls import NoReverseMatch, reverse
+from django.shortcuts import resolve_url
+from django.urls import NoReverseMatch, Resolver404, resolve, reverse
 from django.utils.module_loading import import_string
 
 from .conf import app_settings, setting_name
@@ -162,6 +168,55 @@ def check_urls(**kwargs: Any) -> list[checks.CheckMessage]:
     return []
 
 
+SIGN_IN_HINT = (
+    'Add path("accounts/", include("approvals.auth_urls")) to urlpatterns (the app\'s sign-in '
+    'page at Django\'s default LOGIN_URL; at another prefix set LOGIN_URL = "login"), or point '
+    "LOGIN_URL at the project's own sign-in page."
+)
+
+
+def check_login_url(**kwargs: Any) -> list[checks.CheckMessage]:
+    """The app's pages send signed-out visitors to settings.LOGIN_URL: it must be a page."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    try:
+        url = resolve_url(settings.LOGIN_URL)
+    except NoReverseMatch:
+        return [_login_url_warning(f"LOGIN_URL ({settings.LOGIN_URL!r}) names no URL.")]
+    except Exception:  # a URLconf that fails to import: Django's own URL check says why
+        return []
+    parts = urlsplit(str(url))
+    if parts.scheme or parts.netloc:
+        return []  # a sign-in served elsewhere (another site, a proxy): not ours to check
+    path = parts.path
+    prefix = getattr(settings, "FORCE_SCRIPT_NAME", None)
+    if prefix and path.startswith(prefix.rstrip("/") + "/"):
+        path = path[len(prefix.rstrip("/")) :]
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return [
+            _login_url_warning(
+                f"LOGIN_URL ({settings.LOGIN_URL!r}) is no page of ROOT_URLCONF "
+                f"({settings.ROOT_URLCONF}): signed-out reviewers would be sent to a 404."
+            )
+        ]
+    except Exception:
+        return []
+    if match.namespaces[:1] == ["admin"] and match.url_name == "login":
+        return [
+            _login_url_warning(
+                f"LOGIN_URL ({settings.LOGIN_URL!r}) is the admin's sign-in, which refuses "
+                "every account that is not staff: reviewers could not sign in."
+            )
+        ]
+    return []
+
+
+def _login_url_warning(message: str) -> checks.CheckMessage:
+    return checks.Warning(message, hint=SIGN_IN_HINT, id="approvals.W001")
+
+
 # (name, smallest, largest, whole numbers only): the triage settings' ranges.
 MAX_CLAIM_MINUTES = 525_600  # a year; 0 means a claim never lapses
 TRIAGE_RANGES = [
@@ -188,6 +243,22 @@ def check_triage_settings(**kwargs: Any) -> list[checks.CheckMessage]:
             )
         )
     return errors
+
+
+def check_allowed_hosts(**kwargs: Any) -> list[checks.CheckMessage]:
+    """With DEBUG on, an empty ALLOWED_HOSTS allows the loopback names (Django's fallback,
+    which the live pages' origin check follows); with DEBUG off it allows nothing."""
+    if settings.DEBUG or list(getattr(settings, "ALLOWED_HOSTS", None) or []):
+        return []
+    return [
+        checks.Warning(
+            "ALLOWED_HOSTS is empty and DEBUG is off: every page is refused (400) and every "
+            "live page's socket (403).",
+            hint='Set ALLOWED_HOSTS to the names the app is reached by, e.g. ["localhost", '
+            '"127.0.0.1"] or ["approvals.example.com"].',
+            id="approvals.W002",
+        )
+    ]
 
 
 def check_databases(**kwargs: Any) -> list[checks.CheckMessage]:
@@ -220,6 +291,7 @@ SETTINGS_CHECKS = [
     check_app_order,
     check_triage_settings,
     check_databases,
+    check_allowed_hosts,
 ]
 
 
@@ -228,9 +300,10 @@ def register() -> None:
     for check in SETTINGS_CHECKS:
         checks.register(check, "approvals")
     checks.register(check_urls, checks.Tags.urls, "approvals")
+    checks.register(check_login_url, checks.Tags.urls, "approvals")
 
 
 def run_all() -> Iterable[checks.CheckMessage]:
     """Every check of the app (tests, and anyone who wants them without `manage.py check`)."""
-    for check in [*SETTINGS_CHECKS, check_urls]:
+    for check in [*SETTINGS_CHECKS, check_urls, check_login_url]:
         yield from check()

@@ -412,6 +412,17 @@ def ensure_demo_accounts(password: str, *, superuser: bool = True) -> list[tuple
     return made
 
 
+def demo_superusers() -> list[str]:
+    """The active superusers `ensure_demo_accounts` made (their password was printed by a
+    loopback start of `serve`)."""
+    User = get_user_model()
+    return sorted(
+        User._default_manager.filter(groups__name=DEMO_GROUP, is_superuser=True, is_active=True)
+        .values_list(User.USERNAME_FIELD, flat=True)
+        .distinct()
+    )
+
+
 class OneQueryPermissionBackend(ModelBackend):
     """Django's ModelBackend, reading a user's own and group permissions in ONE query instead
     of two: every API call and page checks a permission on a freshly loaded user.

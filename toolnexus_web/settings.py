@@ -135,9 +135,9 @@ if not SECRET_KEY:
         TOOLNEXUS_SECRET_KEY_FILE = None
 
 # Loopback names, plus the names `serve`'s bind is reached by, plus TOOLNEXUS_ALLOWED_HOSTS
-# (`serve --allowed-host NAME`).
+# (`serve --allowed-host NAME`). Not the test client's `testserver`: test runners add it.
 ALLOWED_HOSTS = [
-    *env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"),
+    *env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]"),
     *bind_hosts(TOOLNEXUS_HOST),
     *env_list("TOOLNEXUS_ALLOWED_HOSTS"),
 ]
@@ -189,7 +189,7 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -3,6 +3,8 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The app's sign-in and sign-out pages; Django's for the rest (password change).
+    path("accounts/", include("approvals.auth_urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     # The app at the root: pages at /, the API at /api/, the live pages' sockets at /ws/.
     path("", include("approvals.urls")),

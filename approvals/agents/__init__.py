@@ -16,6 +16,7 @@ from .registry import (
     mcp_tool_label,
     register,
     require,
+    restore,
     unregister,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "mcp_tool_label",
     "register",
     "require",
+    "restore",
     "unregister",
 ]

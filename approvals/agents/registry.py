@@ -34,6 +34,7 @@ __all__ = [
     "mcp_tool_label",
     "register",
     "require",
+    "restore",
     "unregister",
 ]
 
@@ -195,6 +196,16 @@ def register(
 def unregister(name: str) -> None:
     with _lock:
         _registry.pop(name, None)
+
+
+def restore(name: str, agent: Agent | None) -> None:
+    """Put back what `get(name)` returned earlier (None: no agent of that name): for tests
+    that override a project's agent for a while."""
+    with _lock:
+        if agent is None:
+            _registry.pop(name, None)
+        else:
+            _registry[name] = agent
 
 
 def get(name: str) -> Agent | None:

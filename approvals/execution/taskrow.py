@@ -21,16 +21,17 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models.signals import post_save
-from django.dispatch import receiver
 from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
-from django_tasks_db.models import DBTaskResult
 
 from ..domain import statements
+
+if TYPE_CHECKING:
+    from django_tasks_db.models import DBTaskResult
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,21 @@ def claiming() -> Iterator[None]:
         _current.claiming = before
 
 
-@receiver(post_save, sender=DBTaskResult, dispatch_uid="approvals.execution.taskrow.claimed")
+def connect() -> None:
+    """Hear the stock worker's claims (called from the app's ready()). Not at import:
+    django-tasks-db's models cannot be imported in a project that lacks the app, and that
+    project must reach `manage.py check` (approvals.E003 says what is missing)."""
+    post_save.connect(
+        _on_claim, sender=_task_model(), dispatch_uid="approvals.execution.taskrow.claimed"
+    )
+
+
+def _task_model() -> type[DBTaskResult]:
+    from django_tasks_db.models import DBTaskResult
+
+    return DBTaskResult
+
+
 def _on_claim(sender, instance: DBTaskResult, update_fields=None, **kwargs: Any) -> None:
     # The stock claim saves status, started_at and worker_ids inside its claiming transaction.
     if (
@@ -162,7 +177,7 @@ def finish_with_outcome(*, run_id: int, return_value: Any) -> None:
         return
     at = timezone.now()
     statements.update(
-        DBTaskResult,
+        _task_model(),
         {"pk": row.pk, "status": TaskResultStatus.RUNNING},
         {
             "status": TaskResultStatus.SUCCESSFUL,

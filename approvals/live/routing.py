@@ -56,7 +56,9 @@ def websocket_urlpatterns_for(urlconf: Any = None) -> list[URLPattern]:
 def live_application(http_application: Any = None) -> Any:
     """The whole ASGI application: Django for HTTP (`http_application`, default
     `get_asgi_application()`), the live pages for websockets: same origin only
-    (`origin.SameOriginValidator`), the session's user (Channels' AuthMiddlewareStack)."""
+    (`origin.SameOriginValidator`), the session's user (Channels' AuthMiddlewareStack).
+    With DEBUG on it serves static files too, as `runserver` does (`serves_static_files`):
+    under any ASGI server (`daphne shop.asgi:application`), not only `manage.py serve`."""
     from channels.auth import AuthMiddlewareStack
     from channels.routing import ProtocolTypeRouter, URLRouter
     from django.core.asgi import get_asgi_application
@@ -65,9 +67,48 @@ def live_application(http_application: Any = None) -> Any:
 
     http = http_application if http_application is not None else get_asgi_application()
     sockets = URLRouter(websocket_urlpatterns_for())
-    return ProtocolTypeRouter(
+    application = ProtocolTypeRouter(
         {"http": http, "websocket": SameOriginValidator(AuthMiddlewareStack(sockets))}
     )
+    return with_static_files(application)
+
+
+WHITENOISE = "whitenoise.middleware.WhiteNoiseMiddleware"
+
+
+def serves_static_files() -> bool:
+    """Whether the ASGI application must serve static files itself: with DEBUG on, as
+    `runserver` does, unless WhiteNoise's middleware does already. With DEBUG off that is
+    WhiteNoise's or a web server's job (`collectstatic`), as in any Django project."""
+    from django.apps import apps
+    from django.conf import settings
+
+    return (
+        settings.DEBUG
+        and apps.is_installed("django.contrib.staticfiles")
+        and WHITENOISE not in settings.MIDDLEWARE
+    )
+
+
+def with_static_files(application: Any) -> Any:
+    """`application`, serving static files first when `serves_static_files()` (once: an
+    application that does already is returned as it is)."""
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    if not serves_static_files() or isinstance(application, ASGIStaticFilesHandler):
+        return application
+    return ASGIStaticFilesHandler(application)
+
+
+def serves_websockets(application: Any) -> bool:
+    """False for Django's own ASGI handler (a project's asgi.py without `live_application`),
+    which refuses every websocket: the live pages would never connect."""
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from django.core.handlers.asgi import ASGIHandler
+
+    while isinstance(application, ASGIStaticFilesHandler):
+        application = application.application
+    return not isinstance(application, ASGIHandler)
 
 
 def __getattr__(name: str) -> Any:

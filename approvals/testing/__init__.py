@@ -187,12 +187,14 @@ def register_scripted_agent(
 
 @contextmanager
 def scripted_agent(name: str, *turns: Turn, **options: Any) -> Iterator[ScriptedModel]:
-    """`register_scripted_agent` for the length of a `with` block; unregistered after."""
+    """`register_scripted_agent` for the length of a `with` block; after it, the agent that
+    had the name before (a project's own, overridden for a test) is back, or none."""
+    previous = agents.get(name)
     model = register_scripted_agent(name, *turns, **options)
     try:
         yield model
     finally:
-        agents.unregister(name)
+        agents.restore(name, previous)
 
 
 # -- runs, decisions, the worker -----------------------------------------------------------
@@ -231,11 +233,10 @@ def start(*, agent: str, prompt: str, user=None, run_worker: bool = True) -> Run
     return run
 
 
-def start_and_halt(
-    *, prompt: str = "Refund order A-1001, $120", agent: str = "demo", user=None
-) -> Run:
-    """Start a run and drive it until it halts on a request (or stops otherwise: check
-    `run.status`, "pending" when it waits for a decision)."""
+def start_and_halt(*, agent: str, prompt: str, user=None) -> Run:
+    """Start a run of `agent` (one of the project's, or a scripted one) and drive it until
+    it halts on a request (or stops otherwise: check `run.status`, "pending" when it waits
+    for a decision)."""
     return start(agent=agent, prompt=prompt, user=user)
 
 

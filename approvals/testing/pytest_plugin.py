@@ -21,6 +21,15 @@ from typing import Any
 
 import pytest
 
+# The fixtures take pytest-django's `db`: without it, say so (not "fixture 'db' not found").
+try:
+    import pytest_django  # noqa: F401
+except ImportError:
+    raise ImportError(
+        "approvals.testing.pytest_plugin needs pytest-django, whose `db` fixture gives it the "
+        "test database: pip install pytest-django"
+    ) from None
+
 from approvals import agents
 from approvals import testing as kit
 
@@ -51,17 +60,18 @@ def approvals_user(db) -> Callable[..., Any]:
 @pytest.fixture
 def approvals_agent(db) -> Iterator[Callable[..., kit.ScriptedModel]]:
     """`approvals_agent(name, *turns, tools=..., executors=...)` registers an agent with a
-    scripted model (approvals.testing.ScriptedModel) for this test; it is unregistered
-    after. Returns the model (its `requests`: what it was asked)."""
-    names: list[str] = []
+    scripted model (approvals.testing.ScriptedModel) for this test. After the test the
+    name is as it was: a project's own agent of that name is back, a new name is gone.
+    Returns the model (its `requests`: what it was asked)."""
+    before: dict[str, agents.Agent | None] = {}
 
     def register(name: str, *turns: Any, **options: Any) -> kit.ScriptedModel:
-        names.append(name)
+        before.setdefault(name, agents.get(name))
         return kit.register_scripted_agent(name, *turns, **options)
 
     yield register
-    for name in names:
-        agents.unregister(name)
+    for name, previous in before.items():
+        agents.restore(name, previous)
 
 
 @pytest.fixture

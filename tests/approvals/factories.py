@@ -20,18 +20,23 @@ from django.test import Client
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
-from approvals import selectors, services
+from approvals import selectors, services, testing
 from approvals.execution import recovery
 from approvals.execution import worker as worker_module
 from approvals.execution.worker import Worker
 from approvals.live import publisher
 from approvals.models import ApprovalRequest, Event, Run
 from approvals.selectors import InboxQuery
-from approvals.testing import drain, make_user, start_and_halt
+from approvals.testing import drain, make_user
 from toolnexus import ToolResult, create_client
 from toolnexus_web.asgi import application
 
 REFUND_PROMPT = "Refund order A-1001, $120"
+
+
+def start_and_halt(*, prompt: str = REFUND_PROMPT, agent: str = "demo", user=None) -> Run:
+    """The kit's start_and_halt with this project's demo agent and a refund by default."""
+    return testing.start_and_halt(agent=agent, prompt=prompt, user=user)
 
 
 def fresh(run: Run) -> Run:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import global_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.staticfiles import finders
@@ -31,8 +32,12 @@ from approvals.management.commands import serve
 from approvals.models import ApprovalRequest
 
 from .factories import make_user, post_json, session_client, start_and_halt
+from .test_security_defaults import _manage
 
 HOST_URLS = "tests.approvals.host_urls"
+WITHOUT_TASKS_DB = "tests.approvals.settings_without_tasks_db"
+FRESH_URLS = "tests.approvals.fresh_urls"  # startproject's URLconf plus the README's lines
+NO_SIGN_IN_URLS = "tests.approvals.no_sign_in_urls"
 HOST_TEMPLATES = Path(__file__).parent / "host_templates"
 
 
@@ -163,6 +168,17 @@ def test_check_e003_required_apps(settings):
     }
 
 
+def test_check_e003_without_django_tasks_db_is_said_not_a_traceback(tmp_path):
+    """A project that adds the app but forgets django_tasks_db. Django's setup imported the
+    app's admin and services, which imported django-tasks-db's model: a RuntimeError before
+    any check ran."""
+    done = _manage(tmp_path, "check", DJANGO_SETTINGS_MODULE=WITHOUT_TASKS_DB)
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out
+    assert done.returncode != 0
+    assert '(approvals.E003) "django_tasks_db" is not in INSTALLED_APPS' in out, out
+
+
 def test_check_e004_channel_layer(settings):
     del settings.CHANNEL_LAYERS
     (error,) = checks.check_channel_layer()
@@ -183,6 +199,42 @@ def test_check_e006_urls(settings):
     settings.ROOT_URLCONF = "tests.approvals.no_app_urls"
     (error,) = checks.check_urls()
     assert error.id == "approvals.E006" and 'include("approvals.urls")' in error.hint
+
+
+@pytest.mark.parametrize(
+    ("urls", "login_url", "said"),
+    [
+        # startproject + the app: Django's default LOGIN_URL leads to a 404.
+        (NO_SIGN_IN_URLS, "/accounts/login/", "signed-out reviewers would be sent to a 404"),
+        (NO_SIGN_IN_URLS, "login", "names no URL"),
+        (NO_SIGN_IN_URLS, "/admin/login/", "refuses every account that is not staff"),
+        (FRESH_URLS, "/accounts/login/?from=inbox", None),  # the app's sign-in page
+        (FRESH_URLS, "login", None),
+        (NO_SIGN_IN_URLS, "https://sso.example/login", None),  # served elsewhere
+    ],
+)
+def test_check_w001_login_url(settings, urls, login_url, said):
+    settings.ROOT_URLCONF = urls
+    settings.LOGIN_URL = login_url
+    found = checks.check_login_url()
+    if said is None:
+        assert found == []
+    else:
+        (warning,) = found
+        assert warning.id == "approvals.W001" and said in warning.msg
+        assert 'include("approvals.auth_urls")' in warning.hint
+
+
+def test_check_w002_no_allowed_hosts_with_debug_off(settings):
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = []
+    (warning,) = checks.check_allowed_hosts()
+    assert warning.id == "approvals.W002" and "live page's socket" in warning.msg
+    settings.DEBUG = True  # startproject's settings: Django's loopback fallback, no warning
+    assert checks.check_allowed_hosts() == []
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = ["shop.example"]
+    assert checks.check_allowed_hosts() == []
 
 
 def test_check_e008_a_database_without_returning(monkeypatch):
@@ -321,6 +373,58 @@ async def test_a_live_page_connects_under_the_mount(settings):
         await refused.connect(timeout=5)
 
 
+# -- signing in -------------------------------------------------------------------------------
+
+
+@pytest.mark.urls(FRESH_URLS)
+@pytest.mark.django_db
+def test_a_new_project_signs_reviewers_in_with_the_apps_page(settings):
+    """The README's one line gives a new project a sign-in page: before, the inbox sent
+    signed-out reviewers to /accounts/login/, a 404, and the admin's sign-in refused them
+    (not staff)."""
+    settings.LOGIN_URL = global_settings.LOGIN_URL
+    settings.LOGIN_REDIRECT_URL = global_settings.LOGIN_REDIRECT_URL
+    settings.LOGOUT_REDIRECT_URL = global_settings.LOGOUT_REDIRECT_URL
+    reviewer = make_user(password="a reviewer's phrase 7")
+    client = Client()
+    to_sign_in = client.get("/approvals/")
+    assert to_sign_in.status_code == 302
+    assert to_sign_in["Location"] == "/accounts/login/?next=/approvals/"
+    page = client.get(to_sign_in["Location"])
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'class="approvals-app"' in text and "<h1>Sign in</h1>" in text
+    assert 'name="next" value="/approvals/"' in text
+
+    wrong = client.post(
+        "/accounts/login/", {"username": reviewer.username, "password": "not it", "next": "/"}
+    )
+    assert wrong.status_code == 200 and "did not match" in wrong.content.decode()
+    signed_in = client.post(
+        "/accounts/login/",
+        {"username": reviewer.username, "password": "a reviewer's phrase 7", "next": "/approvals/"},
+    )
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/approvals/"
+    inbox = client.get("/approvals/").content.decode()
+    assert 'id="request-list"' in inbox and 'action="/accounts/logout/"' in inbox
+
+    signed_out = client.post("/accounts/logout/")
+    assert signed_out.status_code == 200 and "You are signed out" in signed_out.content.decode()
+    assert client.get("/approvals/").status_code == 302
+
+    # Straight to the sign-in page, no ?next=: the inbox, not Django's /accounts/profile/.
+    again = client.post(
+        "/accounts/login/", {"username": reviewer.username, "password": "a reviewer's phrase 7"}
+    )
+    assert again["Location"] == "/approvals/"
+    settings.LOGIN_REDIRECT_URL = "/admin/"  # a project's own choice wins
+    client.post("/accounts/logout/")
+    again = client.post(
+        "/accounts/login/", {"username": reviewer.username, "password": "a reviewer's phrase 7"}
+    )
+    assert again["Location"] == "/admin/"
+
+
 # -- the page frame and static files ---------------------------------------------------------
 
 
@@ -383,6 +487,57 @@ def test_serve_uses_the_projects_asgi_application(settings):
 
 async def A_PROJECTS_APPLICATION(scope, receive, send):  # a project's ASGI app
     raise AssertionError("never called")
+
+
+def test_serve_uses_the_asgi_py_next_to_the_settings_without_asgi_application(settings):
+    """startproject sets no ASGI_APPLICATION; the README adds the live pages' sockets to
+    the project's asgi.py. Before, serve built an application of its own and ignored it."""
+    from tests.approvals.host_project import asgi
+
+    del settings.ASGI_APPLICATION
+    settings.SETTINGS_MODULE = "tests.approvals.host_project.settings"
+    assert serve.asgi_application_path() == "tests.approvals.host_project.asgi.application"
+    assert serve.load_asgi_application() is asgi.application
+    settings.SETTINGS_MODULE = "no_such_project.settings"  # no asgi.py there: the URLconf's
+    assert serve.asgi_application_path() == "toolnexus_web.asgi.application"
+    settings.ROOT_URLCONF = "tests.approvals.no_app_urls"
+    settings.WSGI_APPLICATION = None
+    assert serve.asgi_application_path() is None  # none: Django's with the live pages
+
+
+def test_serve_names_the_projects_own_secret_key(settings):
+    """A host project's SECRET_KEY is its own setting; before, serve said "random, this
+    process only" (what the demo project says of a key it made up)."""
+    del settings.TOOLNEXUS_SECRET_KEY_FILE
+    assert serve.secret_key_source() == "the project's SECRET_KEY setting"
+    settings.TOOLNEXUS_SECRET_KEY_FILE = None  # the demo project, with a key of its own making
+    assert serve.secret_key_source() in ("random, this process only", "DJANGO_SECRET_KEY")
+
+
+async def test_the_live_application_serves_static_files_with_debug_on(settings):
+    """`daphne shop.asgi:application` (with `db_worker`) serves the pages' stylesheet and
+    scripts with DEBUG on, as runserver and serve do; before, they were 404s."""
+    import httpx
+
+    settings.DEBUG = True
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "WhiteNoise" not in m]
+    application = routing.live_application()
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        response = await client.get("/static/approvals/app.js")
+    assert response.status_code == 200 and "appData" in response.text
+    assert serve.load_asgi_application() is not None  # serve wraps it no second time
+    assert routing.with_static_files(application) is application
+    assert routing.serves_websockets(application)
+    settings.DEBUG = False  # WhiteNoise's job, or a web server's (collectstatic)
+    assert not routing.serves_static_files()
+
+
+def test_serve_says_when_the_application_refuses_websockets():
+    from django.core.asgi import get_asgi_application
+
+    assert not routing.serves_websockets(get_asgi_application())  # asgi.py left as it was
+    assert not routing.serves_websockets(routing.with_static_files(get_asgi_application()))
 
 
 def test_serve_does_not_reexecute_for_a_project_that_ignores_the_bind(settings):

@@ -122,6 +122,12 @@ def test_a_non_loopback_bind_allows_the_hosts_it_is_reachable_by(tmp_path):
     assert "[2001:db8::5]" in _settings(tmp_path, TOOLNEXUS_HOST="2001:db8::5")["ALLOWED_HOSTS"]
 
 
+def test_the_default_allowed_hosts_are_loopback_names_only(tmp_path):
+    """No `testserver` (the test client's Host) outside tests: pytest-django and Django's
+    test runner add it themselves."""
+    assert _settings(tmp_path)["ALLOWED_HOSTS"] == ["localhost", "127.0.0.1", "[::1]"]
+
+
 def test_loopback_keeps_debug_but_never_the_hard_coded_key(tmp_path):
     loaded = _settings(tmp_path)  # no TOOLNEXUS_HOST: serve's default bind, 127.0.0.1
     assert loaded["DEBUG"] is True
@@ -248,12 +254,65 @@ def test_serve_with_debug_forced_on_a_non_loopback_bind_stops_before_listening(t
     assert not (tmp_path / "db.sqlite3").exists()  # refused before migrating
 
 
+@pytest.mark.django_db
+def test_a_demo_superuser_stops_a_non_loopback_start_unless_allowed():
+    """The `admin` an earlier loopback start made (its password printed) used to sign in on
+    a bind other machines reach, with only a warning."""
+    from approvals.management.commands.serve import (
+        make_demo_accounts,
+        plan_exposure,
+        refuse_demo_superusers,
+    )
+
+    loopback = plan_exposure("127.0.0.1", demo_accounts=None, debug=True)
+    exposed = plan_exposure("0.0.0.0", demo_accounts=None, debug=False)
+    refuse_demo_superusers(exposed, 8000, allowed=False)  # nothing made yet
+    make_demo_accounts(loopback, "pw-1")
+    with pytest.raises(CommandError, match="--allow-demo-superuser") as refused:
+        refuse_demo_superusers(exposed, 8000, allowed=False)
+    assert "superuser admin" in str(refused.value) and "0.0.0.0:8000" in str(refused.value)
+    refuse_demo_superusers(exposed, 8000, allowed=True)  # the operator said so
+    refuse_demo_superusers(loopback, 8000, allowed=False)  # this machine only: as before
+
+    User = get_user_model()
+    User.objects.create_superuser("owner", password="the owner's own phrase 9")
+    User.objects.filter(username="admin").update(is_active=False)
+    refuse_demo_superusers(exposed, 8000, allowed=False)  # a project's own superuser: fine
+
+
+def test_serve_refuses_a_non_loopback_bind_with_a_demo_superuser(tmp_path):
+    made = _manage(
+        tmp_path,
+        "shell",
+        "-c",
+        "from django.core.management import call_command; "
+        "call_command('migrate', verbosity=0); "
+        "from approvals.permissions import ensure_demo_accounts; ensure_demo_accounts('pw-1')",
+    )
+    assert made.returncode == 0, made.stderr
+    args = ("serve", "--host", "192.0.2.10", "--port", "8000", "--no-worker")
+    static = {"DJANGO_STATIC_ROOT": str(tmp_path / "static")}
+    done = _manage(tmp_path, *args, **static)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "refusing to serve on 192.0.2.10:8000" in out and "--allow-demo-superuser" in out
+    assert "could not listen" not in out.lower(), out  # refused before listening
+
+    # An address this machine does not have: allowed, the start goes on until the listen.
+    done = _manage(tmp_path, *args, "--allow-demo-superuser", **static)
+    out = done.stdout + done.stderr
+    assert "refusing" not in out and "could not listen" in out.lower(), out
+    assert "Demo accounts from an earlier loopback start exist (admin" in out
+
+
 # -- item 7: headers and TLS -----------------------------------------------------------------
 
 HEADERS_SCRIPT = """
 import json, django
 django.setup()
 from django.test import Client
+from django.test.utils import setup_test_environment
+setup_test_environment()  # allows the test client's Host, testserver, as a test runner does
 c = Client()
 out = {}
 for name, secure, extra in (("https", True, {}), ("http", False, {}),

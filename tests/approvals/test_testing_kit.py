@@ -4,6 +4,10 @@ never run by themselves) and with real commits (`transactional_db`)."""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
+
 import pytest
 from django.db import connection
 
@@ -125,3 +129,69 @@ def test_scripted_turns():
     assert [c.name for c in first.tool_calls] == ["a", "b"]
     assert ask([{"role": "user"}, {"role": "assistant"}, {"role": "tool"}]).content == "two done"
     assert ask([{"role": "assistant"}] * 2).content == "done"
+
+
+# -- a host project's own agents, and what the kit asks for -----------------------------------
+
+PROJECT_AGENT = "kit-projects-own-agent"
+
+
+@pytest.fixture(scope="module")
+def projects_agent():
+    """An agent the project registers itself (its agents.py), for every test of the module."""
+    agent = agents.register(
+        PROJECT_AGENT, model=testing.ScriptedModel("the project's own").client, replace=True
+    )
+    yield agent
+    agents.unregister(PROJECT_AGENT)
+
+
+@pytest.mark.django_db
+def test_a_test_may_override_a_projects_agent(projects_agent, approvals_kit, approvals_agent):  # noqa: F811
+    approvals_agent(PROJECT_AGENT, "scripted for this test")
+    approvals_agent(
+        PROJECT_AGENT, "scripted again"
+    )  # twice: the project's is still what comes back
+    assert agents.get(PROJECT_AGENT) is not projects_agent
+    run = approvals_kit.start(agent=PROJECT_AGENT, prompt="hello")
+    assert run.text == "scripted again"
+
+
+@pytest.mark.django_db
+def test_the_projects_agent_is_back_after_the_override(projects_agent, approvals_kit):  # noqa: F811
+    """Before, the override was unregistered at teardown, and this test failed with "no agent
+    named ..."."""
+    assert agents.get(PROJECT_AGENT) is projects_agent
+    run = approvals_kit.start(agent=PROJECT_AGENT, prompt="hello")
+    assert run.text == "the project's own"
+
+
+def test_scripted_agent_puts_the_projects_agent_back(projects_agent):
+    with testing.scripted_agent(PROJECT_AGENT, "for a while"):
+        assert agents.get(PROJECT_AGENT) is not projects_agent
+    assert agents.get(PROJECT_AGENT) is projects_agent
+    with testing.scripted_agent("kit-new-name", "for a while"):
+        assert agents.get("kit-new-name") is not None
+    assert agents.get("kit-new-name") is None
+
+
+@pytest.mark.django_db
+def test_start_and_halt_asks_which_agent():
+    """A host project has no demo agent: the kit no longer picks it for a test that names
+    none (which then failed with "no agent named 'demo'" in a host project)."""
+    with pytest.raises(TypeError, match="agent"):
+        testing.start_and_halt(prompt="Refund order A-1")
+
+
+def test_the_plugin_says_it_needs_pytest_django(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pytest_django", None)  # not installed
+    monkeypatch.delitem(sys.modules, "approvals.testing.pytest_plugin")
+    with pytest.raises(ImportError, match="pip install pytest-django"):
+        importlib.import_module("approvals.testing.pytest_plugin")
+
+
+def test_the_readmes_test_section_names_pytest_django():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = readme.index("**Tests.** The testing kit")
+    section = readme[start : readme.index("```ini", start)]
+    assert "pytest-django" in section and "pip install pytest pytest-django" in section

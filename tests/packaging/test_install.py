@@ -1,23 +1,16 @@
 """The app as a host project gets it: the wheel built from this checkout, installed into a
 fresh virtual environment, a new `startproject`, the README's "Add the inbox to your
-project" applied block by block, its commands run, and its example test passing.
-
-Offline: the wheel is built with the setuptools already installed (`--no-build-isolation`),
-and the fresh environment sees the locked dependencies of .venv through a .pth file naming a
-directory of links to them (this project's own files left out), so pip resolves the wheel's
-dependencies with `--no-index` and installs the wheel alone.
+project" applied block by block, its commands run, and its example test passing (offline:
+tests/packaging/fresh_host.py says how). tests/e2e/test_fresh_project.py drives such a
+project in a browser.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
 import sqlite3
 import subprocess
-import sys
-import sysconfig
 import threading
 import time
 import urllib.error
@@ -27,97 +20,22 @@ from pathlib import Path
 
 import pytest
 
+from .fresh_host import (
+    apply_block,
+    build_wheel,
+    free_port,
+    host_env,
+    make_venv,
+    readme_blocks,
+    run,
+)
+
 pytestmark = pytest.mark.install
-
-REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
-SECTION = "## Add the inbox to your project"
-# What the wheel is built from (a copy: building in place would leave build/ and *.egg-info
-# in the working tree).
-SOURCES = ["pyproject.toml", "README.md", "toolnexus", "approvals", "toolnexus_web"]
-# This project's own files in .venv (the editable install): the fresh environment must not
-# see them, or it would import the checkout instead of the wheel.
-OWN = re.compile(r"^(__editable__.*|toolnexus_web.*\.dist-info|toolnexus|approvals)$")
-
-
-def run(*args, cwd, env=None, timeout=120, check=True) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"{args} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-def readme_blocks() -> list[tuple[str, str]]:
-    """(language, text) of every fenced block of the README's section, in order."""
-    text = README.read_text()
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
-    section = text[start : end if end > 0 else None]
-    return re.findall(r"```(\w+)\n(.*?)```", section, re.S)
-
-
-def apply_block(project: Path, language: str, text: str) -> list[str]:
-    """Apply one block to the project as a reader would; return the commands it asks to run.
-    A code block's first line names its file and how: `# <file>: append` or `: new file`."""
-    if language == "sh":
-        commands = [line.split("#")[0].strip() for line in text.splitlines()]
-        return [c for c in commands if c and not c.startswith("pip install")]
-    first, _, body = text.partition("\n")
-    match = re.fullmatch(r"# (\S+): (append|new file)", first.strip())
-    assert match, f"a README block without '# <file>: append|new file': {first!r}"
-    path = project / match.group(1)
-    if match.group(2) == "append":
-        assert path.exists(), f"the README appends to {path}, which startproject did not make"
-        path.write_text(path.read_text() + "\n" + body)
-    else:
-        assert not path.exists(), f"the README makes {path}, which exists"
-        path.write_text(body)
-    return []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("build")
-    source = work / "source"
-    source.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in SOURCES:
-        item = REPO / name
-        if item.is_dir():
-            shutil.copytree(item, source / name, ignore=ignore)
-        else:
-            shutil.copy2(item, source / name)
-    dist = work / "dist"
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "--quiet",
-        "-w",
-        dist,
-        source,
-        cwd=work,
-        timeout=180,
-    )
-    (built,) = dist.glob("toolnexus_web-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("build"))
 
 
 def test_the_wheel_holds_the_engine_and_the_app_not_the_demo_project(wheel):
@@ -133,6 +51,9 @@ def test_the_wheel_holds_the_engine_and_the_app_not_the_demo_project(wheel):
         "approvals/static/approvals/app.js",
         "approvals/testing/pytest_plugin.py",
         "approvals/management/commands/approvals_groups.py",
+        "approvals/auth_urls.py",
+        "approvals/templates/approvals/login.html",
+        "approvals/templates/approvals/signed_out.html",
     ):
         assert needed in names, needed
     assert not [n for n in names if n.startswith(("toolnexus_web/", "tests/", "bench/"))]
@@ -141,53 +62,12 @@ def test_the_wheel_holds_the_engine_and_the_app_not_the_demo_project(wheel):
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> Path:
     """A fresh virtual environment with the wheel installed (and .venv's dependencies)."""
-    work = tmp_path_factory.mktemp("venv")
-    env_dir = work / "venv"
-    run(sys.executable, "-m", "venv", "--without-pip", env_dir, cwd=work)
-    deps = work / "deps"
-    deps.mkdir()
-    site = Path(sysconfig.get_paths()["purelib"])
-    for entry in site.iterdir():
-        if not OWN.match(entry.name) and entry.suffix != ".pth":
-            (deps / entry.name).symlink_to(entry)
-    python = env_dir / "bin" / "python"
-    fresh_site = Path(
-        run(
-            python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=work
-        ).stdout.strip()
-    )
-    (fresh_site / "locked-dependencies.pth").write_text(f"{deps}\n")
-    # pip from .venv installs into the fresh interpreter (which has no pip of its own);
-    # --no-index: the dependencies must already be there, at versions the wheel accepts.
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        python,
-        "install",
-        "--no-index",
-        "--find-links",
-        wheel.parent,
-        "--quiet",
-        "toolnexus-web",
-        cwd=work,
-        timeout=180,
-    )
-    return env_dir
-
-
-def _host_env(venv: Path) -> dict[str, str]:
-    keep = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT"}
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    return make_venv(wheel, tmp_path_factory.mktemp("venv"))
 
 
 def test_a_new_project_follows_the_readme(venv, tmp_path):
     python = venv / "bin" / "python"
-    env = _host_env(venv)
+    env = host_env(venv)
     where = run(
         python,
         "-c",
@@ -309,6 +189,8 @@ def _serve(manage, project, env) -> None:
             raise AssertionError("the inbox answered an anonymous visitor")
         except urllib.error.HTTPError as exc:
             assert exc.code == 302 and exc.headers["Location"].startswith("/accounts/login/")
+        with urllib.request.urlopen(f"{base}/accounts/login/?next=/approvals/", timeout=10) as r:
+            assert b"<h1>Sign in</h1>" in r.read()  # the app's sign-in page, not a 404
         try:
             urllib.request.urlopen(f"{base}/approvals/api/runs", timeout=10)
             raise AssertionError("the API answered an anonymous caller")
@@ -324,6 +206,9 @@ def _serve(manage, project, env) -> None:
         _stop(server)
     out = "".join(lines)
     assert "demo account" not in out and "unapplied" not in out, out
+    assert "secret key: the project's SECRET_KEY setting" in out, out
+    assert "application: shop.asgi.application (ASGI_APPLICATION is not set" in out, out
+    assert "refuses websockets" not in out, out
     with sqlite3.connect(project / "db.sqlite3") as db:
         assert db.execute("select count(*) from auth_user").fetchone() == (0,)
 

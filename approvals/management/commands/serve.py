@@ -1,7 +1,8 @@
 """`python manage.py serve`: the whole app in one process.
 
-Serves the project's ASGI_APPLICATION (HTTP and websockets) with Daphne, with a worker
-running on the server's event loop. In any project it serves what the project configured and
+Serves the project's ASGI application (HTTP and websockets) with Daphne, with a worker
+running on the server's event loop: ASGI_APPLICATION, else the asgi.py next to the settings
+(startproject's layout, where the README adds the live pages' sockets). In any project it serves what the project configured and
 touches nothing else; what this repository's demo project adds is opt-in through settings:
 TOOLNEXUS_SERVE_MIGRATE (apply migrations first; otherwise unapplied ones are only reported)
 and TOOLNEXUS_DEMO_ACCOUNTS (on loopback, make the demo accounts and print their password).
@@ -14,7 +15,8 @@ Loopback (the default, 127.0.0.1) is the laptop setup: DEBUG on, demo accounts w
 password, the `admin` superuser among them. Any other bind (`--host 0.0.0.0`) lets other
 machines connect, so: DEBUG off (refused if forced on), the allowed hosts follow the bind, no
 demo accounts unless `--demo-accounts` (reviewers only: never a superuser with a printed
-password), static files collected, and a warning saying so. Settings are read before a
+password), static files collected, and a warning saying so; a demo superuser left active by
+an earlier loopback start stops the start unless `--allow-demo-superuser`. Settings are read before a
 command runs, so when the bind is not the one they were loaded for (`TOOLNEXUS_HOST`, a
 setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST` set.
 """
@@ -22,6 +24,7 @@ setting of the demo project), the command runs itself again with `TOOLNEXUS_HOST
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import secrets
 import sys
@@ -32,6 +35,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
 from approvals import events
@@ -74,6 +78,30 @@ def plan_exposure(host: str, *, demo_accounts: bool | None, debug: bool) -> Expo
     return Exposure(host, loopback, demo_accounts, demo_superuser=demo_accounts and loopback)
 
 
+def refuse_demo_superusers(plan: Exposure, port: int, *, allowed: bool) -> None:
+    """On a bind other machines reach, a demo superuser (made by an earlier loopback start,
+    its password printed there) would let anyone who saw that password administer the app:
+    no start until it is gone, or the operator says it may stay (--allow-demo-superuser)."""
+    from approvals.permissions import demo_superusers
+
+    if plan.loopback or allowed:
+        return
+    try:
+        names = demo_superusers()
+    except DatabaseError:  # no tables yet (`manage.py migrate` is reported): no users either
+        return
+    if not names:
+        return
+    shown = ", ".join(names)
+    raise CommandError(
+        f"refusing to serve on {plan.host}:{port}, which other machines can reach: the "
+        f"superuser {shown} was made by an earlier start on loopback, which printed its "
+        "password. Deactivate or delete it (the admin, or `manage.py shell`), or start with "
+        "--allow-demo-superuser to serve with it (then change its password: `manage.py "
+        f"changepassword {names[0]}`)."
+    )
+
+
 def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
     """The demo accounts `plan` allows, with `password`: all four on loopback, the reviewers
     and the watcher (no staff, no superuser) on any other bind. Only accounts serve made
@@ -86,25 +114,38 @@ def make_demo_accounts(plan: Exposure, password: str) -> list[tuple[str, str]]:
     return ensure_demo_accounts(password, superuser=plan.demo_superuser)
 
 
-def load_asgi_application():
-    """The project's ASGI_APPLICATION; without one, Django's HTTP application with the live
-    pages' websockets (approvals.live.routing.live_application). With DEBUG on, static files
-    are served as `runserver` serves them, unless WhiteNoise's middleware does already."""
-    from django.apps import apps
-
+def asgi_application_path() -> str | None:
+    """Where the project's ASGI application is: ASGI_APPLICATION, else the `application` of
+    the asgi.py that `startproject` puts next to the settings (and the URLconf), which is
+    where the README has the live pages' sockets added; startproject does not set
+    ASGI_APPLICATION. None when there is neither."""
     path = getattr(settings, "ASGI_APPLICATION", None)
     if path:
-        application = import_string(path)
-    else:
-        from approvals.live.routing import live_application
+        return path
+    wsgi = getattr(settings, "WSGI_APPLICATION", None) or ""
+    for module in (settings.SETTINGS_MODULE, settings.ROOT_URLCONF, wsgi.rpartition(".")[0]):
+        package = (module or "").rpartition(".")[0]
+        if not package:
+            continue
+        try:
+            found = importlib.util.find_spec(f"{package}.asgi") is not None
+        except ImportError:
+            found = False
+        if found:
+            return f"{package}.asgi.application"
+    return None
 
-        application = live_application()
-    whitenoise = "whitenoise.middleware.WhiteNoiseMiddleware" in settings.MIDDLEWARE
-    if settings.DEBUG and apps.is_installed("django.contrib.staticfiles") and not whitenoise:
-        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
-        application = ASGIStaticFilesHandler(application)
-    return application
+def load_asgi_application(path: str | None = None):
+    """The application at `path` (default `asgi_application_path()`); without one, Django's
+    HTTP application with the live pages' websockets (approvals.live.routing
+    .live_application). With DEBUG on, static files are served as `runserver` serves them,
+    unless WhiteNoise's middleware (or the application itself) does already."""
+    from approvals.live.routing import live_application, with_static_files
+
+    path = path or asgi_application_path()
+    application = import_string(path) if path else live_application()
+    return with_static_files(application)
 
 
 def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
@@ -121,6 +162,16 @@ def settings_env(host: str, allowed_hosts: list[str]) -> dict[str, str]:
             [*env_list("TOOLNEXUS_ALLOWED_HOSTS"), *missing]
         )
     return wanted
+
+
+def secret_key_source() -> str:
+    """Where settings.SECRET_KEY came from, as serve says it at start."""
+    if not hasattr(settings, "TOOLNEXUS_SECRET_KEY_FILE"):
+        return "the project's SECRET_KEY setting"  # settings that are not the demo project's
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return "DJANGO_SECRET_KEY"
+    path = settings.TOOLNEXUS_SECRET_KEY_FILE
+    return str(path) if path else "random, this process only"
 
 
 class Command(BaseCommand):
@@ -160,6 +211,12 @@ class Command(BaseCommand):
             help="do not create or print the demo accounts",
         )
         parser.add_argument(
+            "--allow-demo-superuser",
+            action="store_true",
+            help="serve on a non-loopback bind although a demo superuser (`admin`) made by an "
+            "earlier loopback start is active (refused otherwise: its password was printed)",
+        )
+        parser.add_argument(
             "--allowed-host",
             action="append",
             default=[],
@@ -171,7 +228,17 @@ class Command(BaseCommand):
         self._from_command_line = True
         super().run_from_argv(argv)
 
-    def handle(self, *, host, port, no_worker, demo_accounts, allowed_host, **options):
+    def handle(
+        self,
+        *,
+        host,
+        port,
+        no_worker,
+        demo_accounts,
+        allowed_host,
+        allow_demo_superuser,
+        **options,
+    ):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
@@ -190,13 +257,14 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
         else:
             self.check_migrations()  # says so when some are not applied (`manage.py migrate`)
+        refuse_demo_superusers(plan, port, allowed=allow_demo_superuser)
         self.stdout.write(
             f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} ({settings.DATABASES['default']['NAME']})"
         )
         self.stdout.write(
             f"live push: {settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}"
         )
-        self.stdout.write(f"secret key: {self._key_source()}")
+        self.stdout.write(f"secret key: {secret_key_source()}")
         self._static_files(plan, no_worker)
         if plan.demo_accounts:
             password = os.environ.get("TOOLNEXUS_DEMO_PASSWORD") or secrets.token_urlsafe(9)
@@ -210,7 +278,9 @@ class Command(BaseCommand):
         if worker is not None:
             self.stdout.write("worker: in-process, on the server's event loop")
         # Loaded after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
-        application = load_asgi_application()
+        application_path = asgi_application_path()
+        application = load_asgi_application(application_path)
+        self._say_application(application_path, application)
 
         self.stdout.write(self.style.SUCCESS(f"serving on http://{host}:{port}/  (Ctrl+C to stop)"))
 
@@ -274,11 +344,23 @@ class Command(BaseCommand):
                     f"is (its own password; `manage.py changepassword {username}`)"
                 )
 
-    def _key_source(self) -> str:
-        path = getattr(settings, "TOOLNEXUS_SECRET_KEY_FILE", None)
-        if os.environ.get("DJANGO_SECRET_KEY"):
-            return "DJANGO_SECRET_KEY"
-        return str(path) if path else "random, this process only"
+    def _say_application(self, path: str | None, application) -> None:
+        from approvals.live.routing import serves_websockets
+
+        shown = path or "Django's, with the live pages (no ASGI_APPLICATION, no asgi.py found)"
+        if path and not getattr(settings, "ASGI_APPLICATION", None):
+            shown += " (ASGI_APPLICATION is not set: the asgi.py next to the settings)"
+        self.stdout.write(f"application: {shown}")
+        if not serves_websockets(application):
+            module = (path or "").rpartition(".")[0]
+            self.stderr.write(
+                self.style.WARNING(
+                    f"{path} is Django's own ASGI handler: it refuses websockets, so live pages "
+                    f"never update. In {module.replace('.', '/')}.py, append: `from "
+                    "approvals.live.routing import live_application` and `application = "
+                    "live_application(application)`."
+                )
+            )
 
     def _static_files(self, plan: Exposure, no_worker: bool) -> None:
         """DEBUG off serves hashed copies from STATIC_ROOT (WhiteNoise): on a non-loopback
@@ -301,7 +383,7 @@ class Command(BaseCommand):
     def _warn_exposed(self, plan: Exposure, port: int) -> None:
         lines = [
             f"WARNING: listening on {plan.host}:{port}: other machines can connect to this app.",
-            f"  DEBUG is off; the secret key is from {self._key_source()}.",
+            f"  DEBUG is off; the secret key is from {secret_key_source()}.",
             f"  Accepted Host names: {', '.join(settings.ALLOWED_HOSTS)} "
             "(more with --allowed-host NAME).",
         ]
