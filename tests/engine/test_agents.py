@@ -360,7 +360,45 @@ async def test_an_inline_decline_reaches_the_asking_agent_and_its_parent_reads_i
     assert team.results("coordinator") == {"t1": f"no refund: {REASON}"}
 
 
+async def test_calls_of_one_turn_asking_together_make_one_suspended_span():
+    first, second = Refund(), Refund()
+    second.tool.name = "notify"
+    team = Team(
+        coordinator=[
+            calls(C("r1", "refund", {"amount": 1}), C("n1", "notify", {"amount": 1})),
+            say("ok"),
+        ]
+    )
+
+    async def approve(request):
+        await asyncio.sleep(0.01)
+        return Answer(id=request.id, ok=True)
+
+    async with await kit(first, second) as tk:
+        rt = Runtime([agent("coordinator")], client=team.client(), toolkit=tk, wait_for=approve)
+        assert (await rt.run("coordinator", "go")).status == "done"
+    assert rt.handle("root/coordinator.1").transitions == [
+        "idle→running",
+        "running→suspended",
+        "suspended→running",
+        "running→idle",
+    ]
+
+
 # -- durable pending and the resume cascade -------------------------------------------------
+
+
+async def test_a_top_level_agent_that_asks_itself_halts_and_resumes_like_a_client_run():
+    refund = Refund()
+    team = Team(coordinator=[calls(C("r1", "refund", {"amount": 3})), say("refunded 3")])
+    async with await kit(refund) as tk:
+        rt = Runtime([agent("coordinator")], client=team.client(), toolkit=tk)
+        halted = await rt.run("coordinator", "go")
+        assert halted.pending.data["path"] == ["root", "coordinator.1"]
+        assert halted.pending.data["callId"] == "r1"
+        done = await rt.resume(Answer(id=halted.pending.id, ok=True))
+    assert (done.status, done.text, done.turns, refund.count) == ("done", "refunded 3", 2, 1)
+    assert result_map(done.messages, "openai") == {"r1": "refunded 3"}
 
 
 def _phase1(backend: str) -> Team:
@@ -780,6 +818,8 @@ async def test_cancel_and_timeout_end_interrupted_and_timeout():
     rt = Runtime([agent("coordinator", team=["worker"]), agent("worker")], client=team.client())
     result = await rt.run("coordinator", "go", cancel=cancel)
     assert result.status == "interrupted"
+    worker = rt.handle("root/coordinator.1/worker.1")
+    assert worker.state != "running" and worker.outcome["status"] == "interrupted"
 
     async def slow(body):
         await asyncio.sleep(10)

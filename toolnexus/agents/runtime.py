@@ -1,44 +1,17 @@
-"""Agents that delegate: an agent is a tool, and a runtime owns the tree of them.
-
-An `Agent` is a system prompt, a filtered view of the runtime's toolkit and the model loop
-(`loop.Client`, the same loop a single run uses). An agent that declares a `team` gets a
-`task` tool (`{agent, prompt}`) that runs a member of that team as a child and returns the
-child's final text as the tool's result.
-
-A `Runtime` owns the handles (one per agent started: `root/coordinator.1/refund.2`, ids
-counted per parent, never random), one `ConversationStore` for all their transcripts, the
-budgets, and the suspension rules:
-
-- A suspending child looks to its parent exactly like a suspending tool. The nearest
-  `wait_for` up the chain (the asking agent's, its parent's, ..., the runtime's) answers it
-  inline; with none, every level halts and the runtime returns `status="pending"` with the
-  asking agent's own `Request`, stamped with `data.path` (the asker's handle id, split on
-  "/"). Levels that wait spend no tokens.
-- `resume(answer)` goes to the deepest suspended handle (the asker), which resumes from its
-  checkpoint with the answer, exactly as `Client.run_with_answer` does. Each parent then
-  runs again: its halted `task` call runs again and re-attaches to the existing child by
-  (agent, prompt), never starting a duplicate.
-- On a durable halt each handle's stored transcript is rewound to its state before the
-  model turn that suspended; that turn (the assistant message and the results recorded at
-  the halt) is kept in the handle's checkpoint, which resume completes.
-
-Everything the runtime knows is plain JSON (`to_dict()`; `Runtime(..., state=...)`), so a
-halt can be stored in a database row and resumed by another process.
-"""
+"""The runtime: runs handles on the loop, the `task` tool, escalation, halts and resume."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import texts
-from .loop import Client
-from .relay import RELAY_KIND
-from .toolkit import Toolkit
-from .types import (
+from .. import texts
+from ..loop import Client
+from ..relay import RELAY_KIND
+from ..toolkit import Toolkit
+from ..types import (
     Answer,
     Request,
     ResumeError,
@@ -49,176 +22,24 @@ from .types import (
     ToolContext,
     ToolResult,
 )
+from .state import (
+    DEFAULT_MAX_DEPTH,
+    ROOT,
+    STATE_VERSION,
+    SUBAGENT_KIND,
+    Agent,
+    AgentResult,
+    Budget,
+    ConversationStore,
+    Handle,
+    WaitFor,
+    add_usage,
+    zero_usage,
+)
 
-__all__ = [
-    "DEFAULT_MAX_DEPTH",
-    "STATUSES",
-    "SUBAGENT_KIND",
-    "Agent",
-    "AgentResult",
-    "Budget",
-    "ConversationStore",
-    "Handle",
-    "Runtime",
-]
+__all__ = ["Runtime"]
 
-STATUSES = ("done", "pending", "incomplete", "interrupted", "closed", "timeout", "error")
-# The request a parent's `task` call halts on while its child is suspended. Internal: the
-# runtime reports the asking agent's own request to the host, never this one.
-SUBAGENT_KIND = "subagent"
-ROOT = "root"
-DEFAULT_MAX_DEPTH = 4
-STATE_VERSION = 1
 _NO_TURN_CAP = 1 << 30  # the loop's own cap stays out of the way: budgets count turns
-
-WaitFor = Callable[[Request], "Answer | Awaitable[Answer | None] | None"]
-
-
-def _zero() -> dict[str, int]:
-    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-
-
-def _add(into: dict[str, int], usage: Mapping[str, int] | None) -> None:
-    for key, value in (usage or {}).items():
-        into[key] = into.get(key, 0) + value
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """Limits; `None` is no limit.
-
-    `max_turns`: the handle's own model turns over its life (resumes included).
-    `max_tokens`, `max_tool_calls`: spent by the handle and everything it delegated, checked
-    up the chain of ancestors before each model turn and each spawn.
-    `max_children`: children it may start. `max_depth`: levels of handles below it.
-    On the runtime, the budget bounds the whole tree; its `max_turns` is the default for
-    agents that set none (else the client's `max_turns`).
-    """
-
-    max_turns: int | None = None
-    max_tokens: int | None = None
-    max_tool_calls: int | None = None
-    max_children: int | None = None
-    max_depth: int | None = None
-
-
-@dataclass(slots=True)
-class Agent:
-    """An agent definition. `tools`: names from the runtime's toolkit (None: all of them).
-    `team`: the agents it may delegate to through `task` (none: no `task` tool).
-    `wait_for`: answers suspensions of this agent and of every agent below it."""
-
-    name: str
-    system_prompt: str = ""
-    description: str = ""
-    tools: Sequence[str] | None = None
-    team: Sequence[str] = ()
-    budget: Budget | None = None
-    wait_for: WaitFor | None = None
-    model: str | None = None
-
-
-@dataclass(slots=True)
-class AgentResult:
-    """How a handle's run ended. `status` is one of `STATUSES`; `pending` (iff pending) is
-    the asking agent's request with `data.path`; `turns` are the handle's own; `usage` and
-    `tool_calls` count the handle and everything it delegated; `messages` is the handle's
-    stored transcript."""
-
-    status: str
-    text: str
-    handle: str
-    agent: str
-    pending: Request | None = None
-    turns: int = 0
-    usage: dict[str, int] = field(default_factory=_zero)
-    tool_calls: int = 0
-    limit: str | None = None
-    error: str | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Handle:
-    """One agent started by the runtime. Read it; the runtime alone changes it.
-
-    `state`: idle | running | suspended | closed. `checkpoint` (while suspended): the halted
-    model turn (`messages`), the request the handle's loop halted on (`pending`) and the
-    child it waits for (`awaiting`, when the halt came from a `task` call). `outcome`: the
-    recorded end of its last run (`status`, `text`, `limit`, `error`).
-    """
-
-    id: str
-    agent: str | None
-    prompt: str = ""
-    parent: str | None = None
-    depth: int = 0
-    state: str = "idle"
-    seq: int = 0
-    children: list[str] = field(default_factory=list)
-    turns: int = 0
-    usage: dict[str, int] = field(default_factory=_zero)
-    tool_calls: int = 0
-    checkpoint: dict[str, Any] | None = None
-    outcome: dict[str, Any] | None = None
-    transitions: list[str] = field(default_factory=list)
-    # In memory only: the run in flight (its usage so far) and who awaits it.
-    live_usage: dict[str, int] | None = field(default=None, repr=False, compare=False)
-    live_calls: int = field(default=0, repr=False, compare=False)
-    done: asyncio.Future[AgentResult] | None = field(default=None, repr=False, compare=False)
-
-    _SAVED = (
-        "id",
-        "agent",
-        "prompt",
-        "parent",
-        "depth",
-        "state",
-        "seq",
-        "children",
-        "turns",
-        "usage",
-        "tool_calls",
-        "checkpoint",
-        "outcome",
-        "transitions",
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in self._SAVED}
-        out["children"] = list(self.children)
-        out["usage"] = dict(self.usage)
-        out["transitions"] = list(self.transitions)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Handle:
-        if not isinstance(d, Mapping) or not isinstance(d.get("id"), str):
-            raise ValueError("a saved handle must be an object with a string id")
-        kwargs = {name: d[name] for name in cls._SAVED if name in d}
-        kwargs["children"] = list(kwargs.get("children") or [])
-        kwargs["usage"] = {**_zero(), **dict(kwargs.get("usage") or {})}
-        kwargs["transitions"] = list(kwargs.get("transitions") or [])
-        return cls(**kwargs)
-
-
-class ConversationStore:
-    """Every handle's transcript, by handle id (one store for the whole runtime)."""
-
-    def __init__(self, data: Mapping[str, list[dict[str, Any]]] | None = None) -> None:
-        self._data: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (data or {}).items()}
-
-    def get(self, handle_id: str) -> list[dict[str, Any]]:
-        return list(self._data.get(handle_id, ()))
-
-    def save(self, handle_id: str, messages: Iterable[dict[str, Any]]) -> None:
-        self._data[handle_id] = list(messages)
-
-    def ids(self) -> list[str]:
-        return list(self._data)
-
-    def to_dict(self) -> dict[str, list[dict[str, Any]]]:
-        return {k: list(v) for k, v in self._data.items()}
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -244,7 +65,7 @@ def _halted_ids(request: Request) -> set[str]:
 
 
 class Runtime:
-    """Runs agents that delegate to each other (see the module docstring).
+    """Runs agents that delegate to each other (see the `toolnexus.agents` docstring).
 
     `client` supplies the model connection (its backend, model, hooks, timeout and, as the
     default turn cap, `max_turns`); each agent brings its own system prompt. `toolkit` holds
@@ -477,12 +298,12 @@ class Runtime:
         return _with_path(Request.from_dict(asker.checkpoint["pending"]), asker.id)
 
     def _result_of(self, h: Handle) -> AgentResult:
-        tokens_by_kind = _zero()
+        tokens_by_kind = zero_usage()
         calls = 0
         stack = [h]
         while stack:
             node = stack.pop()
-            _add(tokens_by_kind, node.usage)
+            add_usage(tokens_by_kind, node.usage)
             calls += node.tool_calls
             stack.extend(self._handles[c] for c in node.children)
         base = dict(
@@ -548,11 +369,15 @@ class Runtime:
 
         async def ask(request: Request) -> Answer | None:
             request.data = {**(request.data or {}), "path": h.id.split("/")}
-            self._move(h, "suspended")
+            h.asking += 1  # calls of one turn may ask together: one suspended span
+            if h.asking == 1:
+                self._move(h, "suspended")
             try:
                 return await _maybe_await(interpreter(request))
             finally:
-                self._move(h, "running")
+                h.asking -= 1
+                if h.asking == 0:
+                    self._move(h, "running")
 
         return ask
 
@@ -595,7 +420,12 @@ class Runtime:
             outcome = {"status": "interrupted", "text": str(exc), "error": repr(exc)}
         except RunTimeout as exc:
             outcome = {"status": "timeout", "text": str(exc), "error": repr(exc)}
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # its parent's run was stopped: so was this one
+            add_usage(h.usage, h.live_usage)
+            h.tool_calls += h.live_calls
+            h.live_usage, h.live_calls = None, 0
+            h.outcome = {"status": "interrupted", "text": "cancelled", "limit": None, "error": None}
+            self._move(h, "idle")
             h.done.cancel()
             h.done = None
             raise
@@ -606,7 +436,7 @@ class Runtime:
                 "error": repr(exc),
             }
         if result is None:  # what the failed run spent still counts
-            _add(h.usage, h.live_usage)
+            add_usage(h.usage, h.live_usage)
             h.tool_calls += h.live_calls
             h.outcome = {"limit": None, **outcome}
             self._move(h, "idle")
@@ -620,7 +450,7 @@ class Runtime:
 
     def _record(self, h: Handle, result: RunResult, client: Client) -> None:
         h.turns += result.turns
-        _add(h.usage, result.usage)
+        add_usage(h.usage, result.usage)
         messages = result.messages
         if result.status == "pending" and result.pending is not None:
             halted = _halted_ids(result.pending)
