@@ -92,6 +92,7 @@ class Runtime:
         self.budget = budget or Budget()
         self.wait_for = wait_for
         self._views: dict[str, list[Tool]] = {}
+        self._kits: dict[str, Toolkit] = {}
         for agent in self.agents.values():
             self._views[agent.name] = self._view_of(agent)
         self.conversations = ConversationStore()
@@ -238,11 +239,19 @@ class Runtime:
             tokens, calls = tokens + t, calls + c
         return tokens, calls
 
-    def _exhausted(self, h: Handle) -> tuple[str, int] | None:
+    def _limited(self, h: Handle) -> list[tuple[Handle, Budget]]:
+        """`h` and the ancestors whose budgets limit tokens or tool calls."""
+        out = []
         for a in self._chain(h):
             b = self._budget(a)
-            if b.max_tokens is None and b.max_tool_calls is None:
-                continue
+            if b.max_tokens is not None or b.max_tool_calls is not None:
+                out.append((a, b))
+        return out
+
+    def _exhausted(
+        self, h: Handle, limited: list[tuple[Handle, Budget]] | None = None
+    ) -> tuple[str, int] | None:
+        for a, b in self._limited(h) if limited is None else limited:
             tokens, calls = self._spent(a)
             if b.max_tokens is not None and tokens >= b.max_tokens:
                 return "maxTokens", b.max_tokens
@@ -297,7 +306,7 @@ class Runtime:
     def _reported(self, asker: Handle) -> Request:
         return _with_path(Request.from_dict(asker.checkpoint["pending"]), asker.id)
 
-    def _result_of(self, h: Handle) -> AgentResult:
+    def _result_of(self, h: Handle, *, messages: bool = True) -> AgentResult:
         tokens_by_kind = zero_usage()
         calls = 0
         stack = [h]
@@ -312,7 +321,7 @@ class Runtime:
             turns=h.turns,
             usage=tokens_by_kind,
             tool_calls=calls,
-            messages=self.conversations.get(h.id),
+            messages=self.conversations.get(h.id) if messages else [],
         )
         if h.state == "suspended" and h.checkpoint is not None:
             chain = [h]
@@ -335,12 +344,13 @@ class Runtime:
         base = self.client
         agent = self.agents[h.agent]
         cap = self._max_turns(h)
+        limited = self._limited(h)  # the chain does not change while the handle runs
 
         def budget_check(turns: int, usage: dict[str, int], tool_calls: int) -> str | None:
             h.live_usage, h.live_calls = usage, tool_calls
             if h.turns + turns >= cap:
                 return "maxTurns"
-            exhausted = self._exhausted(h)
+            exhausted = self._exhausted(h, limited) if limited else None
             return exhausted[0] if exhausted else None
 
         return Client(
@@ -383,10 +393,12 @@ class Runtime:
 
     def _toolkit(self, h: Handle) -> Toolkit:
         agent = self.agents[h.agent]
-        tools = list(self._views[agent.name])
-        if agent.team:
-            tools.append(self._task_tool(h, sorted(agent.team)))
-        return Toolkit(tools)
+        if not agent.team:  # the same view for every run of the agent: built once
+            view = self._kits.get(agent.name)
+            if view is None:
+                view = self._kits[agent.name] = Toolkit(self._views[agent.name])
+            return view
+        return Toolkit([*self._views[agent.name], self._task_tool(h, sorted(agent.team))])
 
     async def _resume(
         self, h: Handle, pending: Request, answer: Answer, cancel: asyncio.Event | None
@@ -443,7 +455,7 @@ class Runtime:
         else:
             self._record(h, result, client)
         h.live_usage, h.live_calls = None, 0
-        settled = self._result_of(h)
+        settled = self._result_of(h, messages=False)  # the host reads `result()`
         h.done.set_result(settled)
         h.done = None
         return settled
@@ -503,7 +515,7 @@ class Runtime:
             elif child.done is not None:  # the same task, asked twice in one turn
                 outcome = await asyncio.shield(child.done)
             else:  # re-attached: its recorded result, or its request while suspended
-                outcome = self._result_of(child)
+                outcome = self._result_of(child, messages=False)
             return self._task_result(outcome, child)
 
         return Tool(
