@@ -599,12 +599,16 @@ async def test_the_parents_repeated_task_call_re_attaches_and_never_starts_a_dup
 
 
 async def test_the_same_task_twice_in_one_turn_runs_one_child():
+    async def slowly(body):  # still running when the second call attaches to it
+        await asyncio.sleep(0.01)
+        return say("refund issued")
+
     team = Team(
         coordinator=[
             calls(task("t1", "refunds", "refund 40"), task("t2", "refunds", "refund 40")),
             say("ok"),
         ],
-        refunds=[say("refund issued")],
+        refunds=[slowly],
     )
     rt = Runtime([agent("coordinator", team=["refunds"]), agent("refunds")], client=team.client())
     await rt.run("coordinator", "go")

@@ -417,7 +417,7 @@ class Runtime:
         """Run one handle (fresh, or resumed from its checkpoint); never raises for a failure
         of the run: it is recorded as the handle's outcome."""
         loop = asyncio.get_running_loop()
-        h.done = loop.create_future()
+        h.inflight = loop.create_future()
         self._move(h, "running")
         client, toolkit = self._client(h), self._toolkit(h)
         outcome: dict[str, Any]
@@ -438,8 +438,8 @@ class Runtime:
             h.live_usage, h.live_calls = None, 0
             h.outcome = {"status": "interrupted", "text": "cancelled", "limit": None, "error": None}
             self._move(h, "idle")
-            h.done.cancel()
-            h.done = None
+            h.inflight.cancel()
+            h.inflight = None
             raise
         except Exception as exc:  # a failing agent is its parent's error result, never a crash
             outcome = {
@@ -456,8 +456,8 @@ class Runtime:
             self._record(h, result, client)
         h.live_usage, h.live_calls = None, 0
         settled = self._result_of(h, messages=False)  # the host reads `result()`
-        h.done.set_result(settled)
-        h.done = None
+        h.inflight.set_result(settled)
+        h.inflight = None
         return settled
 
     def _record(self, h: Handle, result: RunResult, client: Client) -> None:
@@ -512,8 +512,8 @@ class Runtime:
                     return self._task_result(spawned, None)
                 child = spawned
                 outcome = await self._run(child, ctx.cancel if ctx else None)
-            elif child.done is not None:  # the same task, asked twice in one turn
-                outcome = await asyncio.shield(child.done)
+            elif child.inflight is not None:  # the same task, asked twice in one turn
+                outcome = await asyncio.shield(child.inflight)
             else:  # re-attached: its recorded result, or its request while suspended
                 outcome = self._result_of(child, messages=False)
             return self._task_result(outcome, child)

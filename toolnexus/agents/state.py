@@ -131,7 +131,7 @@ class Handle:
     live_usage: dict[str, int] | None = field(default=None, repr=False, compare=False)
     live_calls: int = field(default=0, repr=False, compare=False)
     asking: int = field(default=0, repr=False, compare=False)
-    done: asyncio.Future[AgentResult] | None = field(default=None, repr=False, compare=False)
+    inflight: asyncio.Future[AgentResult] | None = field(default=None, repr=False, compare=False)
 
     _SAVED = (
         "id",
