@@ -9,6 +9,10 @@ Stateless on purpose: the turn is read from the request body, so any number of c
 The final text is "results: <out1> | <out2>" (tool outputs in message order), so a client
 can check that its loop really ran both tools and sent their results back.
 
+A request that offers a tool named "task" (a delegating agent, bench/agents_overhead.py) is
+answered differently: with no tool message, one `task` call delegating the last user message
+to the agent "worker"; with one, the final text "delegated: <its output>".
+
 Run it alone:  python bench/mock_llm.py [--host 127.0.0.1] [--port 0]
 It prints "READY <port>" on stdout once it listens, then serves until killed.
 
@@ -69,11 +73,30 @@ def answer(body: bytes) -> tuple[int, bytes]:
     except (ValueError, KeyError, TypeError) as exc:
         return 400, json.dumps({"error": {"message": f"bad request: {exc}"}}).encode()
     tool_outputs = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+    if any((t.get("function") or {}).get("name") == "task" for t in req.get("tools") or []):
+        return 200, _delegate(model, messages, tool_outputs)
     if not tool_outputs:
         msg = {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}
         return 200, _completion(model, msg, "tool_calls")
     msg = {"role": "assistant", "content": "results: " + " | ".join(tool_outputs)}
     return 200, _completion(model, msg, "stop")
+
+
+def _delegate(model: str, messages: list[dict[str, Any]], tool_outputs: list[str]) -> bytes:
+    if tool_outputs:
+        msg = {"role": "assistant", "content": "delegated: " + tool_outputs[-1]}
+        return _completion(model, msg, "stop")
+    prompt = next(m.get("content") for m in reversed(messages) if m.get("role") == "user")
+    call = {
+        "id": "call_task_1",
+        "type": "function",
+        "function": {
+            "name": "task",
+            "arguments": json.dumps({"agent": "worker", "prompt": prompt}),
+        },
+    }
+    msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return _completion(model, msg, "tool_calls")
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required"}

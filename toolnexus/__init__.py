@@ -3,6 +3,7 @@
 The engine is framework-free and async-first; see the project README and contract.
 """
 
+from .agents import Agent, AgentResult, Budget, ConversationStore, Handle, Runtime
 from .client import create_client, create_in_process_client
 from .in_process import InProcessRequest, InProcessResponse, InProcessToolCall
 from .loop import Client
@@ -24,8 +25,13 @@ from .types import (
 )
 
 __all__ = [
+    "Agent",
+    "AgentResult",
     "Answer",
+    "Budget",
     "Client",
+    "ConversationStore",
+    "Handle",
     "InProcessRequest",
     "InProcessResponse",
     "InProcessToolCall",
@@ -37,6 +43,7 @@ __all__ = [
     "RunCancelled",
     "RunResult",
     "RunTimeout",
+    "Runtime",
     "Tool",
     "ToolContext",
     "ToolResult",

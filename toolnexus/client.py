@@ -53,8 +53,9 @@ def create_client(
 ) -> Client:
     """A client for an OpenAI-compatible (`style="openai"`) or Anthropic endpoint.
 
-    Options: `system_prompt`, `max_turns`, `wait_for`, `hooks`, `timeout` (whole run) for the
-    loop; `retries`, `retry_base_ms`, `request_timeout` (one model call), `http_client` (an
+    Options: `system_prompt`, `max_turns`, `wait_for`, `hooks`, `timeout` (whole run) and
+    `budget_check(turns, usage, tool_calls)` (asked before each model call; a limit name it
+    returns ends the run `incomplete` with that `limit`) for the loop; `retries`, `retry_base_ms`, `request_timeout` (one model call), `http_client` (an
     `httpx.AsyncClient` to use as it is) and `limits` (`httpx.Limits` of the engine's own
     client) for the endpoint.
     """

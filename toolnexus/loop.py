@@ -37,6 +37,9 @@ from .types import (
 __all__ = ["Client", "ModelBackend", "declined_text"]
 
 WaitFor = Callable[[Request], "Answer | Awaitable[Answer | None] | None"]
+# Asked before each model call with this run's turns, usage and tool-call count; a name
+# (e.g. "maxTokens") stops the run as `incomplete` with that limit.
+BudgetCheck = Callable[[int, dict[str, int], int], "str | None"]
 Emit = Callable[[dict[str, Any]], None]
 _END = object()
 
@@ -112,6 +115,7 @@ class Client:
         wait_for: WaitFor | None = None,
         hooks: Any = None,
         timeout: float | None = None,
+        budget_check: BudgetCheck | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -122,6 +126,7 @@ class Client:
         self.wait_for = wait_for
         self.hooks = hooks
         self.timeout = timeout
+        self.budget_check = budget_check
 
     @property
     def dialect(self) -> Dialect:
@@ -334,6 +339,10 @@ class Client:
         text = ""
         while state.turns < self.max_turns:
             _check_cancel(state)
+            if self.budget_check is not None:
+                limit = self.budget_check(state.turns, state.usage, len(state.records))
+                if limit:
+                    return self._finish(state, "incomplete", text, limit=limit)
             messages, turn_tools = state.messages, tools
             if self.hooks is not None:
                 override = await self._hook(

@@ -21,18 +21,23 @@ from typing import Any
 __all__ = [
     "DEFAULT_REASON",
     "FAILURE_PREFIXES",
+    "agent_stopped",
     "approval_prompt",
     "declined",
     "declined_reason",
     "edited_arguments_invalid",
     "invalid_arguments",
     "is_declined",
+    "limit_reached",
     "no_result_on_resume",
     "not_approved",
+    "not_in_team",
     "question_not_answered",
     "question_prompt",
     "relay_declined",
     "relay_prompt",
+    "task_description",
+    "task_needs_prompt",
     "tool_failed",
     "tool_returned",
     "unknown_tool",
@@ -163,3 +168,34 @@ def question_prompt(questions: Any) -> str:
 
 def question_not_answered(reason: str | None) -> str:
     return f"question was not answered (reason: {_reason(reason)})"
+
+
+# -- agents that delegate (toolnexus.agents) --------------------------------------------------
+
+
+def task_description(team: list[tuple[str, str]]) -> str:
+    """The `task` tool's description: the caller's team only, sorted by name."""
+    listed = "; ".join(f"{name}: {what}" if what else name for name, what in team)
+    return (
+        "Delegate a piece of work to an agent of your team; you get back its final answer. "
+        f"Team: {listed}."
+    )
+
+
+def not_in_team(agent: Any, team: list[str]) -> str:
+    return f"agent {agent!r} is not in this agent's team (team: {', '.join(team) or 'none'})"
+
+
+def task_needs_prompt(agent: str) -> str:
+    return f"task for {agent} needs a non-empty prompt"
+
+
+def limit_reached(limit: str, value: int, agent: str) -> str:
+    """A spawn refused by a budget: no agent was started."""
+    return f"{limit} {value} reached: agent {agent} was not started"
+
+
+def agent_stopped(agent: str, status: str, detail: str | None, text: str) -> str:
+    """What a parent reads when a sub-agent ended other than `done`."""
+    head = f"agent {agent} ended {status}" + (f" ({detail})" if detail else "")
+    return f"{head}: {text}" if text else head

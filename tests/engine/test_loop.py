@@ -177,3 +177,25 @@ async def test_hooks_set_after_construction_apply():
         await client.run("go", tk)
     assert seen == ["a", "turn 1"]
     assert prov.bodies[0]["messages"][0] == {"role": "system", "content": "be brief"}
+
+
+async def test_a_budget_check_stops_the_run_as_incomplete_before_the_next_model_call():
+    seen: list[tuple[int, int, int]] = []
+
+    def budget(turns: int, usage: dict[str, int], tool_calls: int) -> str | None:
+        seen.append((turns, usage["total_tokens"], tool_calls))
+        return "maxTokens" if usage["total_tokens"] >= 10 else None
+
+    echo = tool("echo", lambda args, ctx: ToolResult("e"))
+    prov = FakeProvider(
+        "inprocess",
+        calls(C("c1", "echo"), usage=(4, 2)),
+        calls(C("c2", "echo"), usage=(4, 2)),
+        default=say("never asked"),
+    )
+    async with await kit(echo) as tk:
+        result = await prov.client(budget_check=budget).run("go", tk)
+    assert (result.status, result.limit, result.turns) == ("incomplete", "maxTokens", 2)
+    assert len(prov.bodies) == 2  # the third model call was never made
+    assert seen == [(0, 0, 0), (1, 6, 1), (2, 12, 2)]
+    assert result.messages[-1]["role"] == "tool"  # the work done is kept
