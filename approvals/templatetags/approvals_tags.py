@@ -14,7 +14,6 @@ from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml as escape_html
 
-from ..domain.jsonvalues import cut_deep
 from ..permissions import perm
 from ..selectors import count_label as _count_label
 
@@ -23,9 +22,8 @@ register = template.Library()
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON as text; the template's autoescape keeps hostile strings inert. A value
-    nested deeper than people may type (a model's) is shown cut, with a note where."""
-    return json.dumps(cut_deep(value)[0], indent=2, ensure_ascii=False, default=str)
+    """Indented JSON as text; the template's autoescape keeps hostile strings inert."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
 @register.filter
@@ -39,7 +37,7 @@ def count_label(value: Any) -> str:
 
 @register.filter
 def compact_json(value: Any) -> str:
-    return json.dumps(cut_deep(value)[0], ensure_ascii=False, default=str)
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 @register.filter

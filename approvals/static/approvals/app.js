@@ -4,7 +4,7 @@
 // pane (#detail) showing the selected request (`r=` in the URL). This file exposes
 //   window.toolnexusInbox (also window.approvalsInbox) = {
 //     select(requestId)      open that request in the detail pane (URL pushed, like a click),
-//     selectNext(requestId)  open the row after that one (else the one before); false if none,
+//     selectFirstOf(ids)     open the first of these request ids still listed; false if none,
 //     selected()             the request id the detail pane shows ("" for none),
 //     advancesAfterDecision: true   after a decision in the pane this file opens the next row
 //   }
@@ -512,17 +512,6 @@
         if (row && !row.classList.contains("kb-gone")) { inbox.select(ids[i]); return true; }
       }
       return false;
-    },
-    selectNext: function (id, at) {
-      var list = rows().filter(function (r) { return r.dataset.requestId !== id && !r.classList.contains("kb-gone"); });
-      if (!list.length) return false;
-      if (at === undefined || at < 0) {
-        var all = rows(), row = rowOf(id);
-        at = row ? all.indexOf(row) : 0;
-      }
-      var next = list[Math.min(Math.max(at, 0), list.length - 1)];
-      inbox.select(next.dataset.requestId);
-      return true;
     },
   };
   window.toolnexusInbox = window.approvalsInbox = inbox;
