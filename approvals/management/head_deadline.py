@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 class HeadDeadline:
     """One connection's timer."""
 
-    def __init__(self, seconds: float) -> None:
-        from twisted.internet import reactor
-
+    def __init__(self, seconds: float, reactor: Any = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
         self.reactor = reactor
         self.seconds = seconds
         self.transport: Any = None  # the connection's, given when it is made
@@ -64,10 +64,11 @@ class HeadTimedRequest(WebRequest):
         super().gotLength(length)
 
     def finish(self) -> None:
-        channel = getattr(self, "channel", None)  # Twisted lets go of it in finish()
+        # The next request's head is due from now. Started before Twisted's finish(), which
+        # reads a pipelined request already buffered (its gotLength stops the timer again).
+        if getattr(getattr(self, "channel", None), "persistent", False):
+            self.head_deadline.start()
         super().finish()
-        if channel is not None and getattr(channel, "persistent", False):
-            self.head_deadline.start()  # the next request on this connection
 
     def connectionLost(self, reason: Any) -> None:
         self.head_deadline.stop()
