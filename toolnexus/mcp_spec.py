@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .schema import schema_errors
+from .texts import DEFAULT_REASON
 from .types import Answer, Request, new_request_id
 
 __all__ = [
@@ -299,7 +300,7 @@ def elicitation_to_request(params: Any) -> Request:
     return Request(id=new_request_id("elc"), kind="input", prompt=prompt, data=data)
 
 
-DECLINE_REASON = "declined"
+DECLINE_REASON = DEFAULT_REASON
 """The one refusal an MCP server hears as `decline` (any other reason is `cancel`)."""
 
 

@@ -36,7 +36,6 @@ from ..models import ApprovalRequest, Run
 
 log = logging.getLogger(__name__)
 
-TOLD = MCP_SERVER_TOLD
 # Bounds starting the server and the replayed call together (the call only has to reach
 # the question again).
 TELL_TIMEOUT = 300.0
@@ -66,7 +65,7 @@ def tell(request_pk: int) -> str:
     row = ApprovalRequest.objects.select_related("run").filter(pk=request_pk).first()
     if row is None or row.kind != ELICITATION_KIND or row.run.status != Run.Status.CANCELLED:
         return "skipped"
-    if row.events.filter(action=TOLD).exists():
+    if row.events.filter(action=MCP_SERVER_TOLD).exists():
         return "already told"
     answer = refusal_for(row)
     agent = agents.get(row.agent)
@@ -109,7 +108,7 @@ def _record(
     with transaction.atomic():
         append_event(
             run,
-            TOLD,
+            MCP_SERVER_TOLD,
             request=row,
             server=(request.data or {}).get("server", ""),
             told=told,

@@ -68,10 +68,6 @@ class SameOriginValidator:
         return await WebsocketDenier()(scope, receive, send)
 
 
-def same_origin(origin: str, host: str) -> bool:
-    return refusal(origin, host) is None
-
-
 def refusal(origin: str, host: str) -> str | None:
     """Why a socket opened by a page of `origin` with this Host header is refused (None: it
     is not)."""

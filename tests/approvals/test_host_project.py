@@ -526,7 +526,10 @@ async def test_the_live_application_serves_static_files_with_debug_on(settings):
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         response = await client.get("/static/approvals/app.js")
     assert response.status_code == 200 and "appData" in response.text
-    assert serve.load_asgi_application() is not None  # serve wraps it no second time
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    loaded = serve.load_asgi_application()  # serve wraps it no second time
+    assert not isinstance(getattr(loaded, "application", None), ASGIStaticFilesHandler)
     assert routing.with_static_files(application) is application
     assert routing.serves_websockets(application)
     settings.DEBUG = False  # WhiteNoise's job, or a web server's (collectstatic)

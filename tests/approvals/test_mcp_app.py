@@ -32,8 +32,9 @@ from approvals.agents.demo import (
 )
 from approvals.agents.demo_mcp_server import LOG_ENV, QUESTION
 from approvals.domain.exceptions import InvalidInput
+from approvals.domain.records import MCP_SERVER_TOLD as TOLD
 from approvals.execution import recovery, store
-from approvals.execution.elicitations import TOLD, tell
+from approvals.execution.elicitations import tell
 from approvals.models import ApprovalRequest, Event, Run, ToolExecution
 from approvals.presenters.cards import request_card
 from tests.engine.mcp_servers.harness import (
