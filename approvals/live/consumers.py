@@ -240,7 +240,7 @@ class _Base(AsyncWebsocketConsumer):
         ):
             return SIGNED_OUT, False
         can_decide, allowed = self._permissions(user)
-        return (None if allowed else FORBIDDEN), can_decide
+        return (FORBIDDEN if not allowed else GONE if self.missing else None), can_decide
 
     async def _end(self, code: int) -> None:
         if self.ended:
@@ -614,15 +614,16 @@ class RunConsumer(_Base):
         return [run_group(self.run_id)]
 
     def _permissions(self, user) -> tuple[bool, bool]:
-        """The page's permission, and the run's agent visible to this viewer. A run that does
-        not exist is `missing`: its page is told so and nothing follows, since run ids are
-        sequential and a socket waiting for the next one would get a run of any agent."""
+        """The page's permission. A run that does not exist, or one of an agent hidden from
+        this viewer, is `missing`: its page is told the run does not exist and nothing
+        follows (run ids are sequential: a socket waiting for the next one would get a run
+        of any agent; and a hidden run reads as a missing one, as its page's 404 does)."""
         can_decide, allowed = super()._permissions(user)
         run = Run.objects.filter(pk=self.run_id).values("agent", "started_by_id").first()
-        self.missing = run is None
+        self.missing = run is None or not self.rights.can_view(run["agent"])
         self.run_agent = run["agent"] if run else ""
         self.run_starter = run["started_by_id"] if run else None
-        return can_decide, allowed and (run is None or self.rights.can_view(self.run_agent))
+        return can_decide, allowed
 
     def missing_html(self) -> str:
         return rendering.run_gone()

@@ -655,6 +655,27 @@ async def test_a_push_is_not_forwarded_once_the_groups_permission_was_withdrawn(
         await comm.disconnect()
 
 
+async def test_a_run_page_whose_agent_is_hidden_later_gets_nothing_more(recheck_every_push):
+    """The agent's access is restricted after the run page connected: the next push finds it
+    hidden and closes the page (4404, as for a missing run), with nothing of the push."""
+    from approvals import services
+
+    owner = await user_of("reviewer")
+    viewer = await user_of("reviewer")
+    run, row = await halted_run(owner)
+    comm, _ = await open_socket(f"/ws/runs/{run.pk}/", viewer)
+    try:
+        await database_sync_to_async(_restrict_demo_to_a_new_group)(owner)
+        await in_thread(
+            services.request_decline, request_id=row.request_id, user=owner, reason="SECRET-42"
+        )
+        output = await comm.receive_output(timeout=TIMEOUT)
+        assert output == {"type": "websocket.close", "code": 4404}
+        assert await comm.receive_nothing(timeout=0.2)
+    finally:
+        await comm.disconnect()
+
+
 async def test_an_ended_session_gets_no_more_pushes(recheck_every_push):
     from django.contrib.sessions.models import Session
 
@@ -805,15 +826,22 @@ async def test_a_hidden_agents_requests_never_reach_an_outsiders_inbox(second_de
         await mine.disconnect()
 
 
-async def test_a_hidden_agents_run_page_socket_is_refused():
+async def test_a_hidden_agents_run_page_socket_reads_as_a_missing_run():
+    """As the run's page answers 404 for it: told the run does not exist, closed (4404), the
+    same as for an id no run has."""
     owner = await user_of("reviewer")
     outsider = await user_of("reviewer")
     await database_sync_to_async(_restrict_demo_to_a_new_group)(owner)
-    run, _ = await halted_run(owner)
-    comm = await communicator(f"/ws/runs/{run.pk}/", outsider)
-    connected, code = await comm.connect(timeout=TIMEOUT)
-    assert (connected, code) == (False, 4403)
-    await comm.disconnect()
+    run, _ = await halted_run(owner, prompt="Refund order SECRET-99, $250")
+    answers = []
+    for run_id in (run.pk, 999999):
+        comm, snapshot = await open_socket(f"/ws/runs/{run_id}/", outsider)
+        close = await comm.receive_output(timeout=TIMEOUT)
+        answers.append((snapshot, close))
+        await comm.disconnect()
+    assert answers[0] == answers[1]
+    assert "This run no longer exists." in answers[0][0] and "SECRET-99" not in answers[0][0]
+    assert answers[0][1] == {"type": "websocket.close", "code": 4404}
     allowed, body = await open_socket(f"/ws/runs/{run.pk}/", owner)
     assert "Waiting for a decision" in body
     await allowed.disconnect()
