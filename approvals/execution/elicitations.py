@@ -12,8 +12,8 @@ is in the request's audit trail (`mcp_server_told`), which also keeps a second r
 from telling the server again.
 
 A run cancelled while a step runs may see that step halt on a new question it can no longer
-store (the run is not the step's any more): no request exists to queue the task for, so the
-worker tells the server `cancel` itself (`tell_unstored`), recorded on the run.
+store (the run is not the step's any more): no request exists to queue `tell_server` for, so
+the worker queues `tell_unstored_server` with the question itself, recorded on the run.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from django.db import transaction
 from django_tasks import task
 
 from toolnexus import Answer, Request, ToolResult
-from toolnexus.mcp import ELICITATION_KIND, McpServer, answer_elicitation, elicit_action
+from toolnexus.mcp import ELICITATION_KIND, answer_elicitation, elicit_action
 from toolnexus.relay import answer_declined
 
 from .. import agents, events
@@ -68,36 +68,49 @@ def tell(request_pk: int) -> str:
     if row.events.filter(action=MCP_SERVER_TOLD).exists():
         return "already told"
     answer = refusal_for(row)
-    agent = agents.get(row.agent)
-    if agent is None:
-        result = ToolResult(f"no agent named {row.agent!r} is registered", is_error=True)
-    else:
-        try:
-            servers = agent.mcp_servers_for(row.run)
-            result = async_to_sync(_tell)(servers, row.to_engine(), answer)
-        except Exception as exc:  # recorded; the worker carries on
-            log.exception("telling the MCP server of request %s failed", row.request_id)
-            result = ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
+    result = _ask_server(row.run, row.to_engine(), answer)
     return _record(row.run, row, row.to_engine(), answer, result)
 
 
-def tell_unstored(run_id: int, request: Request, servers: list[McpServer]) -> str:
+@task()
+def tell_unstored_server(run_id: int, request: dict[str, Any]) -> str:
+    """The task: `tell_unstored` for a question the run could not store."""
+    return tell_unstored(run_id, Request.from_dict(request))
+
+
+def enqueue_tell_unstored(run_id: int, request: Request) -> None:
+    """Queue `tell_unstored_server`: starting a server and replaying its call may take up to
+    TELL_TIMEOUT, which the worker's step must not wait for."""
+    tell_unstored_server.enqueue(run_id, request.to_dict())
+
+
+def tell_unstored(run_id: int, request: Request) -> str:
     """A step halted on a server's question (the server's call cancelled at the halt) but
     could not store it: the run was cancelled meanwhile, so no request row exists for
-    `run_cancel` to queue `tell` with. Tell the server `cancel` now, in the worker that
-    still has the step's servers; recorded on the run (`detail.request_id`)."""
+    `run_cancel` to queue `tell` with. Tell the server `cancel`, recorded on the run
+    (`detail.request_id`, which also keeps a second run of the task from telling it again)."""
     if request.kind != ELICITATION_KIND:
         return "skipped"
     run = Run.objects.filter(pk=run_id).first()
     if run is None or run.status != Run.Status.CANCELLED:
         return "skipped"  # e.g. another worker took the run over: it asks the question again
+    if run.events.filter(action=MCP_SERVER_TOLD, detail__request_id=request.id).exists():
+        return "already told"
     answer = answer_declined(request.id, "cancelled")
+    return _record(run, None, request, answer, _ask_server(run, request, answer))
+
+
+def _ask_server(run: Run, request: Request, answer: Answer) -> ToolResult:
+    """Start the run's servers for the question's call, give it `answer`: the tool's result
+    (an error result when that fails: recorded, never raised)."""
+    agent = agents.get(run.agent)
+    if agent is None:
+        return ToolResult(f"no agent named {run.agent!r} is registered", is_error=True)
     try:
-        result = async_to_sync(_tell)(servers, request, answer)
+        return async_to_sync(_tell)(agent.mcp_servers_for(run), request, answer)
     except Exception as exc:  # recorded; the worker carries on
-        log.exception("telling the MCP server of run %s's question failed", run_id)
-        result = ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
-    return _record(run, None, request, answer, result)
+        log.exception("telling the MCP server of run %s's question %s failed", run.pk, request.id)
+        return ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
 
 
 def _record(

@@ -142,7 +142,7 @@ def drive(run_id: int) -> str:
     if outcome == "lease lost" and result.pending is not None:
         # Halted on an MCP server's question the run (cancelled meanwhile) never stored:
         # nothing else will tell that server how its question ended.
-        elicitations.tell_unstored(run_id, result.pending, servers)
+        elicitations.enqueue_tell_unstored(run_id, result.pending)
     return outcome
 
 

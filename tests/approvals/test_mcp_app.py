@@ -33,7 +33,7 @@ from approvals.agents.demo import (
 from approvals.agents.demo_mcp_server import LOG_ENV, QUESTION
 from approvals.domain.exceptions import InvalidInput
 from approvals.domain.records import MCP_SERVER_TOLD as TOLD
-from approvals.execution import recovery, store
+from approvals.execution import elicitations, recovery, store
 from approvals.execution.elicitations import tell
 from approvals.models import ApprovalRequest, Event, Run, ToolExecution
 from approvals.presenters.cards import request_card
@@ -48,6 +48,7 @@ from toolnexus import (
     InProcessRequest,
     InProcessResponse,
     InProcessToolCall,
+    Request,
     create_in_process_client,
 )
 from toolnexus.mcp import McpServer, answer_to_elicit_result
@@ -347,7 +348,8 @@ def test_a_run_cancelled_while_its_step_halts_on_a_question_tells_the_server_can
 ):
     """The cancel lands while a step runs: the step halts on the server's question (the
     server's call is cancelled at the halt), but the run is no longer the step's to store it
-    in, so no request exists for a cancel to tell. The worker tells the server itself."""
+    in, so no request exists for a cancel to tell. The worker queues the telling itself (a
+    task of its own: the step does not wait for the server), which a second run repeats not."""
     original = store.run_store_result
 
     def cancelled_first(**kwargs: Any) -> Any:
@@ -356,7 +358,7 @@ def test_a_run_cancelled_while_its_step_halts_on_a_question_tells_the_server_can
 
     monkeypatch.setattr(store, "run_store_result", cancelled_first)
     run = services.run_start(agent=booker, prompt=BOOK, started_by=reviewer)
-    assert drain() == 1
+    assert drain() == 2  # the step, then the telling it queued
     run = fresh(run)
     assert run.status == "cancelled"
     assert not run.requests.exists()  # the question was never stored
@@ -372,6 +374,9 @@ def test_a_run_cancelled_while_its_step_halts_on_a_question_tells_the_server_can
     assert (told.detail["server"], told.detail["told"]) == ("tables", "cancel")
     assert told.detail["output"].endswith("the guest said cancel.")
     assert not ToolExecution.objects.filter(run=run).exists()  # nothing was booked
+    request = Request.from_dict({"id": told.detail["request_id"], "kind": "elicitation"})
+    assert elicitations.tell_unstored(run.pk, request) == "already told"
+    assert answers(log) == [("cancel", None)]  # the server is not asked again
 
 
 @pytest.mark.parametrize(
