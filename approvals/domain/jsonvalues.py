@@ -3,8 +3,11 @@
 the field.
 
 People's input deeper than that is refused; a model's is not (it is what the model sent):
-`cut_deep` keeps JSON columns and pages within the limit, the parts below it replaced by
-TOO_DEEP, while the call's raw arguments text keeps the value whole."""
+`cut_deep` keeps a request's JSON columns (its data, its calls' input, the journal's record)
+and the transcript as pages show it within the limit, the parts below it replaced by
+TOO_DEEP, while the call's raw arguments text keeps the value whole. The stored transcript
+itself is the model's own (the run resumes from it): in Anthropic's shape a call's input is an
+object there, kept whole."""
 
 from __future__ import annotations
 
