@@ -65,6 +65,7 @@ __all__ = [
     "register_scripted_agent",
     "reply",
     "scripted_agent",
+    "scripted_agents",
     "start",
     "start_and_halt",
 ]
@@ -189,12 +190,25 @@ def register_scripted_agent(
 def scripted_agent(name: str, *turns: Turn, **options: Any) -> Iterator[ScriptedModel]:
     """`register_scripted_agent` for the length of a `with` block; after it, the agent that
     had the name before (a project's own, overridden for a test) is back, or none."""
-    previous = agents.get(name)
-    model = register_scripted_agent(name, *turns, **options)
+    with scripted_agents() as register:
+        yield register(name, *turns, **options)
+
+
+@contextmanager
+def scripted_agents() -> Iterator[Callable[..., ScriptedModel]]:
+    """`register(name, *turns, **options)` (as `register_scripted_agent`) for the length of a
+    `with` block, as often as needed; after it each name is as it was before the first."""
+    before: dict[str, agents.Agent | None] = {}
+
+    def register(name: str, *turns: Turn, **options: Any) -> ScriptedModel:
+        before.setdefault(name, agents.get(name))
+        return register_scripted_agent(name, *turns, **options)
+
     try:
-        yield model
+        yield register
     finally:
-        agents.restore(name, previous)
+        for name, previous in before.items():
+            agents.restore(name, previous)
 
 
 # -- runs, decisions, the worker -----------------------------------------------------------

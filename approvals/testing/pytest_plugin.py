@@ -30,7 +30,6 @@ except ImportError:
         "test database: pip install pytest-django"
     ) from None
 
-from approvals import agents
 from approvals import testing as kit
 
 
@@ -63,15 +62,8 @@ def approvals_agent(db) -> Iterator[Callable[..., kit.ScriptedModel]]:
     scripted model (approvals.testing.ScriptedModel) for this test. After the test the
     name is as it was: a project's own agent of that name is back, a new name is gone.
     Returns the model (its `requests`: what it was asked)."""
-    before: dict[str, agents.Agent | None] = {}
-
-    def register(name: str, *turns: Any, **options: Any) -> kit.ScriptedModel:
-        before.setdefault(name, agents.get(name))
-        return kit.register_scripted_agent(name, *turns, **options)
-
-    yield register
-    for name, previous in before.items():
-        agents.restore(name, previous)
+    with kit.scripted_agents() as register:
+        yield register
 
 
 @pytest.fixture

@@ -166,6 +166,18 @@ def test_the_projects_agent_is_back_after_the_override(projects_agent, approvals
     assert run.text == "the project's own"
 
 
+def test_overriding_a_projects_agent_twice_puts_the_projects_back(projects_agent):
+    """What the approvals_agent fixture does at teardown, checked in one test (the test above
+    and the one after it depend on their order)."""
+    with testing.scripted_agents() as register:
+        register(PROJECT_AGENT, "scripted")
+        register(PROJECT_AGENT, "scripted again")
+        register("kit-other-new-name", "new")
+        assert agents.get(PROJECT_AGENT) is not projects_agent
+    assert agents.get(PROJECT_AGENT) is projects_agent
+    assert agents.get("kit-other-new-name") is None
+
+
 def test_scripted_agent_puts_the_projects_agent_back(projects_agent):
     with testing.scripted_agent(PROJECT_AGENT, "for a while"):
         assert agents.get(PROJECT_AGENT) is not projects_agent
