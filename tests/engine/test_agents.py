@@ -39,6 +39,7 @@ from toolnexus import (
     Answer,
     Budget,
     ResumeError,
+    RunCancelled,
     Runtime,
     create_in_process_client,
 )
@@ -662,6 +663,26 @@ async def test_resume_errors_and_close():
         assert {h.state for h in rt.handles()} == {"closed"}
         with pytest.raises(ResumeError, match="no suspended handle"):
             await rt.resume(Answer(id=halted.pending.id, ok=True))
+
+
+async def test_a_resume_with_a_cancel_already_set_raises_and_keeps_every_checkpoint():
+    refund = Refund()
+    team = _phase1("inprocess")
+    async with await kit(refund) as tk:
+        rt = Runtime(_agents(), client=team.client(), toolkit=tk)
+        halted = await rt.run("coordinator", "go")
+        before = rt.to_dict()
+        cancel = asyncio.Event()
+        cancel.set()
+        with pytest.raises(RunCancelled):
+            await rt.resume(Answer(id=halted.pending.id, ok=True), cancel=cancel)
+        # nothing moved: the same request is pending and the same answer still resumes it
+        assert rt.to_dict() == before
+        assert rt.pending.to_dict() == halted.pending.to_dict()
+        team.scripts["refunds"].append(say("refund issued"))
+        team.scripts["coordinator"].append(say("customer refunded"))
+        done = await rt.resume(Answer(id=halted.pending.id, ok=True))
+    assert (done.status, done.text, refund.count) == ("done", "customer refunded", 1)
 
 
 # -- serialisable state ---------------------------------------------------------------------

@@ -145,6 +145,13 @@ class Runtime:
             raise ResumeError(
                 f"answer id {answer.id!r} does not echo the pending request id {pending.id!r}"
             )
+        if cancel is not None and cancel.is_set():
+            # As `Client.run_with_answer` does with a set event; raised before any checkpoint
+            # is touched, so the same answer can be given again.
+            raise RunCancelled("run cancelled")
+        # Known gap: a cancel or deadline reached while the asker runs ends it `interrupted`
+        # or `timeout` with its checkpoint spent, and the levels above then run again and end
+        # the same way; keeping the parents suspended on it is left for later.
         outcome = await self._resume(asker, pending, answer, cancel)
         for handle in reversed(chain[:-1]):
             if outcome.status == "pending":
