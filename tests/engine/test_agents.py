@@ -273,6 +273,34 @@ async def test_a_failing_top_level_agent_ends_with_status_error():
     assert result.status in STATUSES
 
 
+async def test_a_failure_building_a_handles_run_ends_that_handle_as_error():
+    team = Team(coordinator=[calls(task("t1", "refunds", "refund")), say("refunds is down")])
+    rt = Runtime([agent("coordinator", team=["refunds"]), agent("refunds")], client=team.client())
+    build = rt._toolkit
+
+    def failing(h):
+        if h.agent == "refunds":
+            raise RuntimeError("no toolkit for refunds")
+        return build(h)
+
+    rt._toolkit = failing
+    result = await rt.run("coordinator", "go")
+    assert (result.status, result.text) == ("done", "refunds is down")
+    assert team.results("coordinator")["t1"] == (
+        "agent refunds ended error: RuntimeError: no toolkit for refunds"
+    )
+    child = rt.handle("root/coordinator.1/refunds.1")
+    assert (child.outcome["status"], child.state, child.inflight) == ("error", "closed", None)
+
+    # the top-level handle too: an error result, never an exception out of run()
+    rt = Runtime([agent("coordinator")], client=Team().client())
+    rt._client = lambda h: 1 / 0
+    failed = await rt.run("coordinator", "go")
+    assert (failed.status, failed.text) == ("error", "ZeroDivisionError: division by zero")
+    top = rt.handle("root/coordinator.1")
+    assert (top.state, top.inflight) == ("idle", None)
+
+
 # -- escalation: the nearest interpreter answers inline -------------------------------------
 
 

@@ -426,10 +426,10 @@ class Runtime:
         loop = asyncio.get_running_loop()
         h.inflight = loop.create_future()
         self._move(h, "running")
-        client, toolkit = self._client(h), self._toolkit(h)
         outcome: dict[str, Any]
         result: RunResult | None = None
         try:
+            client, toolkit = self._client(h), self._toolkit(h)
             if resume is None:
                 history = self.conversations.get(h.id)
                 result = await client.run(h.prompt, toolkit, history=history or None, cancel=cancel)
@@ -460,21 +460,21 @@ class Runtime:
             h.outcome = {"limit": None, **outcome}
             self._move(h, "idle")
         else:
-            self._record(h, result, client)
+            self._record(h, result)
         h.live_usage, h.live_calls = None, 0
         settled = self._result_of(h, messages=False)  # the host reads `result()`
         h.inflight.set_result(settled)
         h.inflight = None
         return settled
 
-    def _record(self, h: Handle, result: RunResult, client: Client) -> None:
+    def _record(self, h: Handle, result: RunResult) -> None:
         h.turns += result.turns
         add_usage(h.usage, result.usage)
         messages = result.messages
         if result.status == "pending" and result.pending is not None:
             halted = _halted_ids(result.pending)
             h.tool_calls += sum(1 for r in result.tool_calls if r["id"] not in halted)
-            found = client.dialect.halted_turn(messages)
+            found = self.client.dialect.halted_turn(messages)  # handles share its backend
             index = found[0] if found is not None else len(messages)
             self.conversations.save(h.id, messages[:index])  # rewound: before the halted turn
             awaiting = None
