@@ -742,6 +742,40 @@ async def test_the_state_is_plain_json_and_survives_a_round_trip():
         Runtime([agent("coordinator")], client=team.client(), state=json.loads(text))
 
 
+async def test_the_state_handed_out_or_loaded_is_a_copy_never_the_runtimes_own():
+    refund = Refund()
+    team = _phase1("inprocess")
+    async with await kit(refund) as tk:
+        rt = Runtime(_agents(), client=team.client(), toolkit=tk)
+        halted = await rt.run("coordinator", "go")
+        kept = json.dumps(rt.to_dict())
+
+        def scribble(state):
+            for h in state["handles"]:
+                if h["checkpoint"]:
+                    h["checkpoint"]["pending"]["id"] = "scribbled"
+                    h["checkpoint"]["messages"][0]["content"] = "scribbled"
+                h["usage"]["total_tokens"] = -1
+            for messages in state["conversations"].values():
+                messages[-1]["content"] = "scribbled"
+
+        scribble(rt.to_dict())
+        assert json.dumps(rt.to_dict()) == kept
+        assert rt.pending.id == halted.pending.id
+        # loading copies too: the host's dict stays the host's
+        state = json.loads(kept)
+        again = Runtime(_agents(), client=team.client(), toolkit=tk, state=state)
+        scribble(state)
+        assert json.dumps(again.to_dict()) == kept
+
+        # an ended handle's outcome too
+        team.scripts["refunds"].append(say("refund issued"))
+        team.scripts["coordinator"].append(say("customer refunded"))
+        await rt.resume(Answer(id=halted.pending.id, ok=True))
+        rt.to_dict()["handles"][1]["outcome"]["text"] = "scribbled"
+    assert rt.result().text == "customer refunded"
+
+
 # -- budgets ---------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ saved state.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,17 +152,14 @@ class Handle:
     )
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in self._SAVED}
-        out["children"] = list(self.children)
-        out["usage"] = dict(self.usage)
-        out["transitions"] = list(self.transitions)
-        return out
+        """A deep copy: changing it never changes the handle."""
+        return copy.deepcopy({name: getattr(self, name) for name in self._SAVED})
 
     @classmethod
     def from_dict(cls, d: Any) -> Handle:
         if not isinstance(d, Mapping) or not isinstance(d.get("id"), str):
             raise ValueError("a saved handle must be an object with a string id")
-        kwargs = {name: d[name] for name in cls._SAVED if name in d}
+        kwargs = copy.deepcopy({name: d[name] for name in cls._SAVED if name in d})
         kwargs["children"] = list(kwargs.get("children") or [])
         kwargs["usage"] = {**zero_usage(), **dict(kwargs.get("usage") or {})}
         kwargs["transitions"] = list(kwargs.get("transitions") or [])
@@ -172,7 +170,9 @@ class ConversationStore:
     """Every handle's transcript, by handle id (one store for the whole runtime)."""
 
     def __init__(self, data: Mapping[str, list[dict[str, Any]]] | None = None) -> None:
-        self._data: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (data or {}).items()}
+        self._data: dict[str, list[dict[str, Any]]] = {
+            k: list(v) for k, v in copy.deepcopy(dict(data or {})).items()
+        }
 
     def get(self, handle_id: str) -> list[dict[str, Any]]:
         return list(self._data.get(handle_id, ()))
@@ -184,4 +184,5 @@ class ConversationStore:
         return list(self._data)
 
     def to_dict(self) -> dict[str, list[dict[str, Any]]]:
-        return {k: list(v) for k, v in self._data.items()}
+        """A deep copy: changing it never changes the store."""
+        return copy.deepcopy(self._data)
