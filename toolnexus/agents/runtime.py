@@ -9,7 +9,6 @@ from typing import Any
 
 from .. import texts
 from ..loop import Client
-from ..relay import RELAY_KIND
 from ..toolkit import Toolkit
 from ..types import (
     Answer,
@@ -55,13 +54,6 @@ def _with_path(request: Request, handle_id: str) -> Request:
         data={**(request.data or {}), "path": handle_id.split("/")},
         expires_at=request.expires_at,
     )
-
-
-def _halted_ids(request: Request) -> set[str]:
-    data = request.data or {}
-    if request.kind == RELAY_KIND:
-        return {c.get("id") for c in data.get("calls") or [] if isinstance(c, Mapping)}
-    return {data.get("callId")}
 
 
 class Runtime:
@@ -472,8 +464,8 @@ class Runtime:
         add_usage(h.usage, result.usage)
         messages = result.messages
         if result.status == "pending" and result.pending is not None:
-            halted = _halted_ids(result.pending)
-            h.tool_calls += sum(1 for r in result.tool_calls if r["id"] not in halted)
+            # the loop records one placeholder on a halt, the halted call's: not a call made
+            h.tool_calls += len(result.tool_calls) - 1
             found = self.client.dialect.halted_turn(messages)  # handles share its backend
             index = found[0] if found is not None else len(messages)
             self.conversations.save(h.id, messages[:index])  # rewound: before the halted turn
