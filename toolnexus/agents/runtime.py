@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import texts
-from ..loop import Client
+from ..loop import Client, WaitFor, _maybe_await, _zero_usage
 from ..toolkit import Toolkit
 from ..types import (
     Answer,
@@ -31,9 +31,7 @@ from .state import (
     Budget,
     ConversationStore,
     Handle,
-    WaitFor,
     add_usage,
-    zero_usage,
 )
 
 __all__ = ["Runtime"]
@@ -41,19 +39,8 @@ __all__ = ["Runtime"]
 _NO_TURN_CAP = 1 << 30  # the loop's own cap stays out of the way: budgets count turns
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
 def _with_path(request: Request, handle_id: str) -> Request:
-    return Request(
-        id=request.id,
-        kind=request.kind,
-        prompt=request.prompt,
-        url=request.url,
-        data={**(request.data or {}), "path": handle_id.split("/")},
-        expires_at=request.expires_at,
-    )
+    return dataclasses.replace(request, data={**(request.data or {}), "path": handle_id.split("/")})
 
 
 class Runtime:
@@ -306,7 +293,7 @@ class Runtime:
         return _with_path(Request.from_dict(asker.checkpoint["pending"]), asker.id)
 
     def _result_of(self, h: Handle, *, messages: bool = True) -> AgentResult:
-        tokens_by_kind = zero_usage()
+        tokens_by_kind = _zero_usage()
         calls = 0
         stack = [h]
         while stack:

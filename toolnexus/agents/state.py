@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..types import Answer, Request
+from ..loop import WaitFor, _zero_usage
+from ..types import Request
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
@@ -26,7 +27,6 @@ __all__ = [
     "Budget",
     "ConversationStore",
     "Handle",
-    "WaitFor",
 ]
 
 STATUSES = ("done", "pending", "incomplete", "interrupted", "closed", "timeout", "error")
@@ -36,12 +36,6 @@ SUBAGENT_KIND = "subagent"
 ROOT = "root"
 DEFAULT_MAX_DEPTH = 4
 STATE_VERSION = 1
-
-WaitFor = Callable[[Request], "Answer | Awaitable[Answer | None] | None"]
-
-
-def zero_usage() -> dict[str, int]:
-    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
 
 def add_usage(into: dict[str, int], usage: Mapping[str, int] | None) -> None:
@@ -97,7 +91,7 @@ class AgentResult:
     agent: str
     pending: Request | None = None
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=zero_usage)
+    usage: dict[str, int] = field(default_factory=_zero_usage)
     tool_calls: int = 0
     limit: str | None = None
     error: str | None = None
@@ -123,7 +117,7 @@ class Handle:
     seq: int = 0
     children: list[str] = field(default_factory=list)
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=zero_usage)
+    usage: dict[str, int] = field(default_factory=_zero_usage)
     tool_calls: int = 0
     checkpoint: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
@@ -161,7 +155,7 @@ class Handle:
             raise ValueError("a saved handle must be an object with a string id")
         kwargs = copy.deepcopy({name: d[name] for name in cls._SAVED if name in d})
         kwargs["children"] = list(kwargs.get("children") or [])
-        kwargs["usage"] = {**zero_usage(), **dict(kwargs.get("usage") or {})}
+        kwargs["usage"] = {**_zero_usage(), **dict(kwargs.get("usage") or {})}
         kwargs["transitions"] = list(kwargs.get("transitions") or [])
         return cls(**kwargs)
 
