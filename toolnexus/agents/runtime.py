@@ -103,7 +103,7 @@ class Runtime:
         """Start `agent` on `prompt` as a top-level handle and run it to its end or a halt."""
         if agent not in self.agents:
             raise ValueError(f"unknown agent {agent!r} (known: {', '.join(sorted(self.agents))})")
-        top = self._handles.get(self._top) if self._top else None
+        top = self._handles.get(self._top)
         if top is not None and top.state == "suspended":
             raise ResumeError(f"{top.id} is halted on a pending request: resume or close it first")
         spawned = self._spawn(self._handles[ROOT], agent, prompt)
@@ -115,10 +115,9 @@ class Runtime:
 
     async def resume(self, answer: Answer, *, cancel: asyncio.Event | None = None) -> AgentResult:
         """Answer the pending request: the asking handle resumes, then each parent above it."""
-        chain = self._suspended_chain()
-        if not chain:
+        asker = self._asker(self._handles.get(self._top))
+        if asker is None:
             raise ResumeError("no suspended handle: nothing to resume")
-        asker = chain[-1]
         pending = Request.from_dict(asker.checkpoint["pending"])
         if answer.id != pending.id:
             raise ResumeError(
@@ -132,7 +131,7 @@ class Runtime:
         # or `timeout` with its checkpoint spent, and the levels above then run again and end
         # the same way; keeping the parents suspended on it is left for later.
         outcome = await self._resume(asker, pending, answer, cancel)
-        for handle in reversed(chain[:-1]):
+        for handle in self._chain(asker)[1:-1]:  # its parents, up to the top-level handle
             if outcome.status == "pending":
                 break  # the child halted again: the levels above stay suspended on it
             halt = Request.from_dict(handle.checkpoint["pending"])
@@ -148,8 +147,8 @@ class Runtime:
 
     @property
     def pending(self) -> Request | None:
-        chain = self._suspended_chain()
-        return self._reported(chain[-1]) if chain else None
+        asker = self._asker(self._handles.get(self._top))
+        return self._reported(asker) if asker is not None else None
 
     def handle(self, handle_id: str) -> Handle:
         return self._handles[handle_id]
@@ -213,17 +212,17 @@ class Runtime:
                 return value
         return self.client.max_turns
 
-    def _spent(self, h: Handle) -> tuple[int, int]:
-        """Tokens and tool calls of `h` and its descendants, runs in flight included."""
-        tokens = h.usage.get("total_tokens", 0)
-        calls = h.tool_calls
-        if h.live_usage is not None:
-            tokens += h.live_usage.get("total_tokens", 0)
-            calls += h.live_calls
-        for cid in h.children:
-            t, c = self._spent(self._handles[cid])
-            tokens, calls = tokens + t, calls + c
-        return tokens, calls
+    def _spent(self, h: Handle) -> tuple[dict[str, int], int]:
+        """Usage and tool calls of `h` and its descendants, runs in flight included."""
+        usage, calls = _zero_usage(), 0
+        stack = [h]
+        while stack:
+            node = stack.pop()
+            add_usage(usage, node.usage)
+            add_usage(usage, node.live_usage)
+            calls += node.tool_calls + node.live_calls
+            stack.extend(self._handles[c] for c in node.children)
+        return usage, calls
 
     def _limited(self, h: Handle) -> list[tuple[Handle, Budget]]:
         """`h` and the ancestors whose budgets limit tokens or tool calls."""
@@ -238,8 +237,8 @@ class Runtime:
         self, h: Handle, limited: list[tuple[Handle, Budget]] | None = None
     ) -> tuple[str, int] | None:
         for a, b in self._limited(h) if limited is None else limited:
-            tokens, calls = self._spent(a)
-            if b.max_tokens is not None and tokens >= b.max_tokens:
+            usage, calls = self._spent(a)
+            if b.max_tokens is not None and usage.get("total_tokens", 0) >= b.max_tokens:
                 return "maxTokens", b.max_tokens
             if b.max_tool_calls is not None and calls >= b.max_tool_calls:
                 return "maxToolCalls", b.max_tool_calls
@@ -279,41 +278,32 @@ class Runtime:
         self._handles[child.id] = child
         return child
 
-    def _suspended_chain(self) -> list[Handle]:
-        """The top-level handle down to the asking one, following what each one awaits."""
-        h = self._handles.get(self._top) if self._top else None
-        chain: list[Handle] = []
+    def _asker(self, h: Handle | None) -> Handle | None:
+        """The handle whose own request keeps suspended `h` halted: `h`, or the child it
+        awaits, and so on down. None when `h` is not suspended."""
+        asker = None
         while h is not None and h.state == "suspended" and h.checkpoint is not None:
-            chain.append(h)
+            asker = h
             awaiting = h.checkpoint.get("awaiting")
             h = self._handles.get(awaiting) if awaiting else None
-        return chain
+        return asker
 
     def _reported(self, asker: Handle) -> Request:
         return _with_path(Request.from_dict(asker.checkpoint["pending"]), asker.id)
 
     def _result_of(self, h: Handle, *, messages: bool = True) -> AgentResult:
-        tokens_by_kind = _zero_usage()
-        calls = 0
-        stack = [h]
-        while stack:
-            node = stack.pop()
-            add_usage(tokens_by_kind, node.usage)
-            calls += node.tool_calls
-            stack.extend(self._handles[c] for c in node.children)
+        usage, calls = self._spent(h)
         base = dict(
             handle=h.id,
             agent=h.agent or "",
             turns=h.turns,
-            usage=tokens_by_kind,
+            usage=usage,
             tool_calls=calls,
             messages=self.conversations.get(h.id) if messages else [],
         )
-        if h.state == "suspended" and h.checkpoint is not None:
-            chain = [h]
-            while chain[-1].checkpoint and chain[-1].checkpoint.get("awaiting"):
-                chain.append(self._handles[chain[-1].checkpoint["awaiting"]])
-            request = self._reported(chain[-1])
+        asker = self._asker(h)
+        if asker is not None:
+            request = self._reported(asker)
             return AgentResult(status="pending", text=request.prompt, pending=request, **base)
         outcome = h.outcome or {"status": "closed", "text": "closed"}
         return AgentResult(
