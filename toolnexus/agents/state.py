@@ -174,9 +174,6 @@ class ConversationStore:
     def save(self, handle_id: str, messages: Iterable[dict[str, Any]]) -> None:
         self._data[handle_id] = list(messages)
 
-    def ids(self) -> list[str]:
-        return list(self._data)
-
     def to_dict(self) -> dict[str, list[dict[str, Any]]]:
         """A deep copy: changing it never changes the store."""
         return copy.deepcopy(self._data)
