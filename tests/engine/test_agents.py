@@ -41,6 +41,8 @@ from toolnexus import (
     ResumeError,
     RunCancelled,
     Runtime,
+    Toolkit,
+    ToolResult,
     create_in_process_client,
 )
 from toolnexus.agents import STATUSES
@@ -242,6 +244,25 @@ async def test_ids_are_counted_per_parent_and_children_of_one_turn_run_together(
     )
     await rt.run("coordinator", "go")
     assert peak == 2
+
+
+async def test_an_agent_with_all_tools_and_no_team_runs_on_the_toolkit_itself():
+    lookup, late = Probe("lookup", "order 7"), Probe("late", "registered after")
+
+    class Audited(Toolkit):  # a host's toolkit that wraps every execution
+        async def execute(self, name, args, ctx=None):
+            result = await super().execute(name, args, ctx)
+            return ToolResult(f"audited: {result.output}", is_error=result.is_error)
+
+    tk = Audited([lookup.tool])
+    team = Team(coordinator=[calls(C("l1", "lookup"), C("x1", "late")), say("ok")])
+    rt = Runtime([agent("coordinator")], client=team.client(), toolkit=tk)
+    tk.register(late.tool)  # the agent sees the toolkit as it is now, not a snapshot
+    assert (await rt.run("coordinator", "go")).status == "done"
+    assert team.results("coordinator") == {
+        "l1": "audited: order 7",
+        "x1": "audited: registered after",
+    }
 
 
 async def test_a_failing_child_reaches_its_parent_as_an_error_result_not_an_exception():

@@ -369,12 +369,14 @@ class Runtime:
 
     def _toolkit(self, h: Handle) -> Toolkit:
         agent = self.agents[h.agent]
-        if not agent.team:  # the same view for every run of the agent: built once
-            view = self._kits.get(agent.name)
-            if view is None:
-                view = self._kits[agent.name] = Toolkit(self._views[agent.name])
-            return view
-        return Toolkit([*self._views[agent.name], self._task_tool(h, sorted(agent.team))])
+        if agent.team:
+            return Toolkit([*self._views[agent.name], self._task_tool(h, sorted(agent.team))])
+        if agent.tools is None:  # all of them: the toolkit itself, as a single run uses it
+            return self.toolkit
+        view = self._kits.get(agent.name)  # the same view for every run: built once
+        if view is None:
+            view = self._kits[agent.name] = Toolkit(self._views[agent.name])
+        return view
 
     async def _resume(
         self, h: Handle, pending: Request, answer: Answer, cancel: asyncio.Event | None
