@@ -528,7 +528,9 @@ class Runtime:
                 data={"handle": outcome.handle, "path": (asked.data or {}).get("path")},
             )
             return ToolResult(asked.prompt, is_error=True, metadata={"pending": waiting})
-        if child is not None and child.state != "closed":
+        if child is None:  # a spawn a budget refused: its text already names the limit
+            return ToolResult(outcome.text, is_error=True, metadata=meta)
+        if child.state != "closed":
             self._move(child, "closed")  # its work is done; its result stays recorded
         if outcome.status == "done":
             return ToolResult(outcome.text, metadata=meta)
