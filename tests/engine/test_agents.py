@@ -645,6 +645,44 @@ async def test_the_parents_repeated_task_call_re_attaches_and_never_starts_a_dup
     }
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (README): a wait_for given on resume is asked about a halted sibling's "
+    "internal subagent request, not the sibling's own",
+)
+async def test_a_wait_for_given_on_resume_answers_a_sibling_halted_in_the_same_turn():
+    refund, billing = Refund(), Refund()
+    billing.tool.name = "charge"
+    team = Team(
+        coordinator=[
+            calls(task("t1", "refunds", "refund 40"), task("t2", "billing", "charge 5")),
+            say("all settled"),
+        ],
+        refunds=[calls(C("r1", "refund", {"amount": 40})), say("refund issued")],
+        billing=[calls(C("b1", "charge", {"amount": 5})), say("charged")],
+    )
+    agents = [
+        agent("coordinator", team=["refunds", "billing"]),
+        agent("refunds", tools=["refund"]),
+        agent("billing", tools=["charge"]),
+    ]
+    asked = []
+
+    def host(request):
+        asked.append((request.kind, request.data["path"]))
+        return Answer(id=request.id, ok=True)
+
+    async with await kit(refund, billing) as tk:
+        rt = Runtime(agents, client=team.client(), toolkit=tk)
+        first = await rt.run("coordinator", "settle")
+        state = roundtrip(rt.to_dict())
+        rt = Runtime(agents, client=team.client(), toolkit=tk, wait_for=host, state=state)
+        done = await rt.resume(Answer(id=first.pending.id, ok=True))
+    assert done.status == "done"
+    assert asked == [("approval", ["root", "coordinator.1", "billing.2"])]
+    assert team.results("coordinator") == {"t1": "refund issued", "t2": "charged"}
+
+
 async def test_the_same_task_twice_in_one_turn_runs_one_child():
     async def slowly(body):  # still running when the second call attaches to it
         await asyncio.sleep(0.01)

@@ -128,8 +128,9 @@ class Runtime:
             # is touched, so the same answer can be given again.
             raise RunCancelled("run cancelled")
         # Known gap: a cancel or deadline reached while the asker runs ends it `interrupted`
-        # or `timeout` with its checkpoint spent, and the levels above then run again and end
-        # the same way; keeping the parents suspended on it is left for later.
+        # or `timeout` with its checkpoint spent, and the levels above then resume on that
+        # result (after a cancel, they end `interrupted` too); keeping the parents suspended
+        # on the asker is left for later.
         outcome = await self._resume(asker, pending, answer, cancel)
         for handle in self._chain(asker)[1:-1]:  # its parents, up to the top-level handle
             if outcome.status == "pending":
