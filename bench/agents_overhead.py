@@ -5,7 +5,7 @@ trip 1 asks for two tool calls, add and echo, trip 2 answers "results: 5 | hello
 request is one of:
 
   single@base     Client.run of one agent, the engine at the base commit (`--base`,
-                  default: where this branch left main), exported with `git archive`
+                  default: BASE, the engine before the runtime), exported with `git archive`
   single          the same on this tree's engine: the single-agent path's regression check
   runtime-single  Runtime.run of one agent with no team (the same 2 model trips)
   nested          a coordinator whose plain `task` tool runs a second Client.run by hand:
@@ -44,6 +44,10 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 DELEGATED = "delegated: " + eo.EXPECTED_TEXT
 GOAL_SINGLE = 1.10
+# The engine before the agent runtime was merged: a fixed base, so the single-agent check
+# compares the runtime's changes to the loop with what came before, run from any branch
+# (a merge-base with main is HEAD itself on main, comparing the engine with itself).
+BASE = "4bb611e0fd8df0dccbbea9f69f368fb342452ec2"
 
 
 def _tools(toolnexus: Any) -> list[Any]:
@@ -211,16 +215,6 @@ def export_base(ref: str, into: Path) -> str:
     return sha
 
 
-def default_base() -> str:
-    out = subprocess.run(
-        ["git", "-C", str(REPO_DIR), "merge-base", "HEAD", "main"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return out.stdout.strip() or "HEAD"
-
-
 def measure(name: str, engine_dir: str, base_url: str, args: argparse.Namespace) -> dict:
     """One client, one round, in its own process: wall p50/p95/mean and CPU mean/p50."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
@@ -288,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument(
-        "--base", default=None, help="git ref of the base engine (default: merge-base with main)"
+        "--base",
+        default=BASE,
+        help=f"git ref of the base engine (default: {BASE[:7]}, the engine before the runtime)",
     )
     ap.add_argument(
         "--model",
@@ -313,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         "mock model and each client in separate processes, loopback only"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        base = export_base(args.base or default_base(), Path(tmp))
+        base = export_base(args.base, Path(tmp))
         dirs = {name: str(REPO_DIR) for name in CLIENTS}
         dirs["single@base"] = tmp
         mock = None

@@ -35,14 +35,15 @@ from tests.engine.helpers import (
 )
 from toolnexus import (
     Agent,
-    AgentResult,
     Answer,
     Budget,
     ResumeError,
+    RunCancelled,
     Runtime,
+    Toolkit,
+    ToolResult,
     create_in_process_client,
 )
-from toolnexus.agents import STATUSES
 from toolnexus.approval import approval_required
 from toolnexus.relay import RelayResult, answer_declined, relay_answer, relay_tool
 
@@ -243,6 +244,25 @@ async def test_ids_are_counted_per_parent_and_children_of_one_turn_run_together(
     assert peak == 2
 
 
+async def test_an_agent_with_all_tools_and_no_team_runs_on_the_toolkit_itself():
+    lookup, late = Probe("lookup", "order 7"), Probe("late", "registered after")
+
+    class Audited(Toolkit):  # a host's toolkit that wraps every execution
+        async def execute(self, name, args, ctx=None):
+            result = await super().execute(name, args, ctx)
+            return ToolResult(f"audited: {result.output}", is_error=result.is_error)
+
+    tk = Audited([lookup.tool])
+    team = Team(coordinator=[calls(C("l1", "lookup"), C("x1", "late")), say("ok")])
+    rt = Runtime([agent("coordinator")], client=team.client(), toolkit=tk)
+    tk.register(late.tool)  # the agent sees the toolkit as it is now, not a snapshot
+    assert (await rt.run("coordinator", "go")).status == "done"
+    assert team.results("coordinator") == {
+        "l1": "audited: order 7",
+        "x1": "audited: registered after",
+    }
+
+
 async def test_a_failing_child_reaches_its_parent_as_an_error_result_not_an_exception():
     def broken(body):
         raise RuntimeError("model fell over")
@@ -269,7 +289,34 @@ async def test_a_failing_top_level_agent_ends_with_status_error():
     rt = Runtime([agent("coordinator")], client=team.client())
     result = await rt.run("coordinator", "go")
     assert result.status == "error" and "no model" in result.text
-    assert result.status in STATUSES
+
+
+async def test_a_failure_building_a_handles_run_ends_that_handle_as_error():
+    team = Team(coordinator=[calls(task("t1", "refunds", "refund")), say("refunds is down")])
+    rt = Runtime([agent("coordinator", team=["refunds"]), agent("refunds")], client=team.client())
+    build = rt._toolkit
+
+    def failing(h):
+        if h.agent == "refunds":
+            raise RuntimeError("no toolkit for refunds")
+        return build(h)
+
+    rt._toolkit = failing
+    result = await rt.run("coordinator", "go")
+    assert (result.status, result.text) == ("done", "refunds is down")
+    assert team.results("coordinator")["t1"] == (
+        "agent refunds ended error: RuntimeError: no toolkit for refunds"
+    )
+    child = rt.handle("root/coordinator.1/refunds.1")
+    assert (child.outcome["status"], child.state, child.inflight) == ("error", "closed", None)
+
+    # the top-level handle too: an error result, never an exception out of run()
+    rt = Runtime([agent("coordinator")], client=Team().client())
+    rt._client = lambda h: 1 / 0
+    failed = await rt.run("coordinator", "go")
+    assert (failed.status, failed.text) == ("error", "ZeroDivisionError: division by zero")
+    top = rt.handle("root/coordinator.1")
+    assert (top.state, top.inflight) == ("idle", None)
 
 
 # -- escalation: the nearest interpreter answers inline -------------------------------------
@@ -598,6 +645,44 @@ async def test_the_parents_repeated_task_call_re_attaches_and_never_starts_a_dup
     }
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (README): a wait_for given on resume is asked about a halted sibling's "
+    "internal subagent request, not the sibling's own",
+)
+async def test_a_wait_for_given_on_resume_answers_a_sibling_halted_in_the_same_turn():
+    refund, billing = Refund(), Refund()
+    billing.tool.name = "charge"
+    team = Team(
+        coordinator=[
+            calls(task("t1", "refunds", "refund 40"), task("t2", "billing", "charge 5")),
+            say("all settled"),
+        ],
+        refunds=[calls(C("r1", "refund", {"amount": 40})), say("refund issued")],
+        billing=[calls(C("b1", "charge", {"amount": 5})), say("charged")],
+    )
+    agents = [
+        agent("coordinator", team=["refunds", "billing"]),
+        agent("refunds", tools=["refund"]),
+        agent("billing", tools=["charge"]),
+    ]
+    asked = []
+
+    def host(request):
+        asked.append((request.kind, request.data["path"]))
+        return Answer(id=request.id, ok=True)
+
+    async with await kit(refund, billing) as tk:
+        rt = Runtime(agents, client=team.client(), toolkit=tk)
+        first = await rt.run("coordinator", "settle")
+        state = roundtrip(rt.to_dict())
+        rt = Runtime(agents, client=team.client(), toolkit=tk, wait_for=host, state=state)
+        done = await rt.resume(Answer(id=first.pending.id, ok=True))
+    assert done.status == "done"
+    assert asked == [("approval", ["root", "coordinator.1", "billing.2"])]
+    assert team.results("coordinator") == {"t1": "refund issued", "t2": "charged"}
+
+
 async def test_the_same_task_twice_in_one_turn_runs_one_child():
     async def slowly(body):  # still running when the second call attaches to it
         await asyncio.sleep(0.01)
@@ -664,6 +749,26 @@ async def test_resume_errors_and_close():
             await rt.resume(Answer(id=halted.pending.id, ok=True))
 
 
+async def test_a_resume_with_a_cancel_already_set_raises_and_keeps_every_checkpoint():
+    refund = Refund()
+    team = _phase1("inprocess")
+    async with await kit(refund) as tk:
+        rt = Runtime(_agents(), client=team.client(), toolkit=tk)
+        halted = await rt.run("coordinator", "go")
+        before = rt.to_dict()
+        cancel = asyncio.Event()
+        cancel.set()
+        with pytest.raises(RunCancelled):
+            await rt.resume(Answer(id=halted.pending.id, ok=True), cancel=cancel)
+        # nothing moved: the same request is pending and the same answer still resumes it
+        assert rt.to_dict() == before
+        assert rt.pending.to_dict() == halted.pending.to_dict()
+        team.scripts["refunds"].append(say("refund issued"))
+        team.scripts["coordinator"].append(say("customer refunded"))
+        done = await rt.resume(Answer(id=halted.pending.id, ok=True))
+    assert (done.status, done.text, refund.count) == ("done", "customer refunded", 1)
+
+
 # -- serialisable state ---------------------------------------------------------------------
 
 
@@ -691,6 +796,40 @@ async def test_the_state_is_plain_json_and_survives_a_round_trip():
     assert set(state["conversations"]) == {"root/coordinator.1", "root/coordinator.1/refunds.1"}
     with pytest.raises(ValueError, match="unknown agent 'refunds'"):
         Runtime([agent("coordinator")], client=team.client(), state=json.loads(text))
+
+
+async def test_the_state_handed_out_or_loaded_is_a_copy_never_the_runtimes_own():
+    refund = Refund()
+    team = _phase1("inprocess")
+    async with await kit(refund) as tk:
+        rt = Runtime(_agents(), client=team.client(), toolkit=tk)
+        halted = await rt.run("coordinator", "go")
+        kept = json.dumps(rt.to_dict())
+
+        def scribble(state):
+            for h in state["handles"]:
+                if h["checkpoint"]:
+                    h["checkpoint"]["pending"]["id"] = "scribbled"
+                    h["checkpoint"]["messages"][0]["content"] = "scribbled"
+                h["usage"]["total_tokens"] = -1
+            for messages in state["conversations"].values():
+                messages[-1]["content"] = "scribbled"
+
+        scribble(rt.to_dict())
+        assert json.dumps(rt.to_dict()) == kept
+        assert rt.pending.id == halted.pending.id
+        # loading copies too: the host's dict stays the host's
+        state = json.loads(kept)
+        again = Runtime(_agents(), client=team.client(), toolkit=tk, state=state)
+        scribble(state)
+        assert json.dumps(again.to_dict()) == kept
+
+        # an ended handle's outcome too
+        team.scripts["refunds"].append(say("refund issued"))
+        team.scripts["coordinator"].append(say("customer refunded"))
+        await rt.resume(Answer(id=halted.pending.id, ok=True))
+        rt.to_dict()["handles"][1]["outcome"]["text"] = "scribbled"
+    assert rt.result().text == "customer refunded"
 
 
 # -- budgets ---------------------------------------------------------------------------------
@@ -746,8 +885,10 @@ async def test_tokens_and_tool_calls_count_the_whole_subtree(budget, limit):
         result = await rt.run("coordinator", "go")
     # the child stopped first (its ancestor's budget is checked before each of its turns),
     # then the coordinator before its own next model call
-    assert team.results("coordinator", 0) == {}
     worker = rt.handle("root/coordinator.1/worker.1")
+    assert (worker.turns, worker.usage["total_tokens"], worker.tool_calls) == (2, 10, 2)
+    # 5 + 10 tokens; s1, s2 and the coordinator's t1
+    assert (result.usage["total_tokens"], result.tool_calls) == (15, 3)
     assert (worker.outcome["status"], worker.outcome["limit"]) == ("incomplete", limit)
     assert (result.status, result.limit) == ("incomplete", limit)
     assert len(team.seen["coordinator"]) == 1
@@ -787,8 +928,7 @@ async def test_children_and_depth_limits_refuse_the_spawn_with_an_error_result()
     assert (await rt.run("coordinator", "go")).status == "done"
     assert team.results("coordinator") == {
         "t1": "billed",
-        "t2": "agent nested ended incomplete (maxChildren): "
-        "maxChildren 1 reached: agent nested was not started",
+        "t2": "maxChildren 1 reached: agent nested was not started",
     }
 
     team = Team(
@@ -802,9 +942,7 @@ async def test_children_and_depth_limits_refuse_the_spawn_with_an_error_result()
     ]
     rt = Runtime(agents, client=team.client(), budget=Budget(max_depth=2))
     assert (await rt.run("coordinator", "go")).status == "done"
-    assert team.results("nested")["n1"].endswith(
-        "maxDepth 2 reached: agent billing was not started"
-    )
+    assert team.results("nested")["n1"] == "maxDepth 2 reached: agent billing was not started"
     assert [h.id for h in rt.handles()] == ["root/coordinator.1", "root/coordinator.1/nested.1"]
 
 
@@ -833,6 +971,31 @@ async def test_cancel_and_timeout_end_interrupted_and_timeout():
     assert (await rt.run("coordinator", "go")).status == "timeout"
 
 
+async def test_a_parent_that_times_out_stops_its_running_child_and_keeps_what_it_spent():
+    spin = Probe("spin", "again")
+
+    async def hang(body):
+        await asyncio.sleep(10)
+
+    team = Team(
+        coordinator=[calls(task("t1", "worker", "w"))],
+        worker=[calls(C("s1", "spin")), hang],
+    )
+    agents = [agent("coordinator", team=["worker"]), agent("worker", tools=["spin"])]
+    async with await kit(spin) as tk:
+        # each handle's run has the client's deadline: the parent's, started first, ends first
+        rt = Runtime(agents, client=team.client(timeout=0.2), toolkit=tk)
+        result = await rt.run("coordinator", "go")
+    assert result.status == "timeout"
+    worker = rt.handle("root/coordinator.1/worker.1")
+    assert (worker.state, worker.inflight) == ("idle", None)
+    assert (worker.outcome["status"], worker.outcome["text"]) == ("interrupted", "cancelled")
+    assert worker.transitions == ["idle→running", "running→idle"]
+    # what the worker's first turn spent still counts, for it and for the tree
+    assert (worker.usage["total_tokens"], worker.tool_calls) == (5, 1)
+    assert (result.usage["total_tokens"], result.tool_calls) == (10, 1)
+
+
 async def test_definitions_are_checked_when_the_runtime_is_built():
     with pytest.raises(ValueError, match="unknown team member"):
         Runtime([agent("coordinator", team=["ghost"])], client=Team().client())
@@ -840,4 +1003,3 @@ async def test_definitions_are_checked_when_the_runtime_is_built():
         Runtime([agent("coordinator", tools=["ghost"])], client=Team().client())
     with pytest.raises(ValueError, match="two agents"):
         Runtime([agent("a"), agent("a")], client=Team().client())
-    assert isinstance(AgentResult(status="done", text="", handle="h", agent="a"), AgentResult)

@@ -28,9 +28,7 @@ halt can be stored in a database row and resumed by another process.
 
 from .runtime import Runtime
 from .state import (
-    DEFAULT_MAX_DEPTH,
     STATUSES,
-    SUBAGENT_KIND,
     Agent,
     AgentResult,
     Budget,
@@ -39,9 +37,7 @@ from .state import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_DEPTH",
     "STATUSES",
-    "SUBAGENT_KIND",
     "Agent",
     "AgentResult",
     "Budget",

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import texts
-from ..loop import Client
-from ..relay import RELAY_KIND
+from ..loop import Client, WaitFor, _maybe_await, _zero_usage
 from ..toolkit import Toolkit
 from ..types import (
     Answer,
@@ -32,9 +31,7 @@ from .state import (
     Budget,
     ConversationStore,
     Handle,
-    WaitFor,
     add_usage,
-    zero_usage,
 )
 
 __all__ = ["Runtime"]
@@ -42,26 +39,8 @@ __all__ = ["Runtime"]
 _NO_TURN_CAP = 1 << 30  # the loop's own cap stays out of the way: budgets count turns
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
 def _with_path(request: Request, handle_id: str) -> Request:
-    return Request(
-        id=request.id,
-        kind=request.kind,
-        prompt=request.prompt,
-        url=request.url,
-        data={**(request.data or {}), "path": handle_id.split("/")},
-        expires_at=request.expires_at,
-    )
-
-
-def _halted_ids(request: Request) -> set[str]:
-    data = request.data or {}
-    if request.kind == RELAY_KIND:
-        return {c.get("id") for c in data.get("calls") or [] if isinstance(c, Mapping)}
-    return {data.get("callId")}
+    return dataclasses.replace(request, data={**(request.data or {}), "path": handle_id.split("/")})
 
 
 class Runtime:
@@ -124,7 +103,7 @@ class Runtime:
         """Start `agent` on `prompt` as a top-level handle and run it to its end or a halt."""
         if agent not in self.agents:
             raise ValueError(f"unknown agent {agent!r} (known: {', '.join(sorted(self.agents))})")
-        top = self._handles.get(self._top) if self._top else None
+        top = self._handles.get(self._top)
         if top is not None and top.state == "suspended":
             raise ResumeError(f"{top.id} is halted on a pending request: resume or close it first")
         spawned = self._spawn(self._handles[ROOT], agent, prompt)
@@ -136,17 +115,24 @@ class Runtime:
 
     async def resume(self, answer: Answer, *, cancel: asyncio.Event | None = None) -> AgentResult:
         """Answer the pending request: the asking handle resumes, then each parent above it."""
-        chain = self._suspended_chain()
-        if not chain:
+        asker = self._asker(self._handles.get(self._top))
+        if asker is None:
             raise ResumeError("no suspended handle: nothing to resume")
-        asker = chain[-1]
         pending = Request.from_dict(asker.checkpoint["pending"])
         if answer.id != pending.id:
             raise ResumeError(
                 f"answer id {answer.id!r} does not echo the pending request id {pending.id!r}"
             )
+        if cancel is not None and cancel.is_set():
+            # As `Client.run_with_answer` does with a set event; raised before any checkpoint
+            # is touched, so the same answer can be given again.
+            raise RunCancelled("run cancelled")
+        # Known gap: a cancel or deadline reached while the asker runs ends it `interrupted`
+        # or `timeout` with its checkpoint spent, and the levels above then resume on that
+        # result (after a cancel, they end `interrupted` too); keeping the parents suspended
+        # on the asker is left for later.
         outcome = await self._resume(asker, pending, answer, cancel)
-        for handle in reversed(chain[:-1]):
+        for handle in self._chain(asker)[1:-1]:  # its parents, up to the top-level handle
             if outcome.status == "pending":
                 break  # the child halted again: the levels above stay suspended on it
             halt = Request.from_dict(handle.checkpoint["pending"])
@@ -162,8 +148,8 @@ class Runtime:
 
     @property
     def pending(self) -> Request | None:
-        chain = self._suspended_chain()
-        return self._reported(chain[-1]) if chain else None
+        asker = self._asker(self._handles.get(self._top))
+        return self._reported(asker) if asker is not None else None
 
     def handle(self, handle_id: str) -> Handle:
         return self._handles[handle_id]
@@ -227,17 +213,17 @@ class Runtime:
                 return value
         return self.client.max_turns
 
-    def _spent(self, h: Handle) -> tuple[int, int]:
-        """Tokens and tool calls of `h` and its descendants, runs in flight included."""
-        tokens = h.usage.get("total_tokens", 0)
-        calls = h.tool_calls
-        if h.live_usage is not None:
-            tokens += h.live_usage.get("total_tokens", 0)
-            calls += h.live_calls
-        for cid in h.children:
-            t, c = self._spent(self._handles[cid])
-            tokens, calls = tokens + t, calls + c
-        return tokens, calls
+    def _spent(self, h: Handle) -> tuple[dict[str, int], int]:
+        """Usage and tool calls of `h` and its descendants, runs in flight included."""
+        usage, calls = _zero_usage(), 0
+        stack = [h]
+        while stack:
+            node = stack.pop()
+            add_usage(usage, node.usage)
+            add_usage(usage, node.live_usage)
+            calls += node.tool_calls + node.live_calls
+            stack.extend(self._handles[c] for c in node.children)
+        return usage, calls
 
     def _limited(self, h: Handle) -> list[tuple[Handle, Budget]]:
         """`h` and the ancestors whose budgets limit tokens or tool calls."""
@@ -252,8 +238,8 @@ class Runtime:
         self, h: Handle, limited: list[tuple[Handle, Budget]] | None = None
     ) -> tuple[str, int] | None:
         for a, b in self._limited(h) if limited is None else limited:
-            tokens, calls = self._spent(a)
-            if b.max_tokens is not None and tokens >= b.max_tokens:
+            usage, calls = self._spent(a)
+            if b.max_tokens is not None and usage.get("total_tokens", 0) >= b.max_tokens:
                 return "maxTokens", b.max_tokens
             if b.max_tool_calls is not None and calls >= b.max_tool_calls:
                 return "maxToolCalls", b.max_tool_calls
@@ -293,41 +279,32 @@ class Runtime:
         self._handles[child.id] = child
         return child
 
-    def _suspended_chain(self) -> list[Handle]:
-        """The top-level handle down to the asking one, following what each one awaits."""
-        h = self._handles.get(self._top) if self._top else None
-        chain: list[Handle] = []
+    def _asker(self, h: Handle | None) -> Handle | None:
+        """The handle whose own request keeps suspended `h` halted: `h`, or the child it
+        awaits, and so on down. None when `h` is not suspended."""
+        asker = None
         while h is not None and h.state == "suspended" and h.checkpoint is not None:
-            chain.append(h)
+            asker = h
             awaiting = h.checkpoint.get("awaiting")
             h = self._handles.get(awaiting) if awaiting else None
-        return chain
+        return asker
 
     def _reported(self, asker: Handle) -> Request:
         return _with_path(Request.from_dict(asker.checkpoint["pending"]), asker.id)
 
     def _result_of(self, h: Handle, *, messages: bool = True) -> AgentResult:
-        tokens_by_kind = zero_usage()
-        calls = 0
-        stack = [h]
-        while stack:
-            node = stack.pop()
-            add_usage(tokens_by_kind, node.usage)
-            calls += node.tool_calls
-            stack.extend(self._handles[c] for c in node.children)
+        usage, calls = self._spent(h)
         base = dict(
             handle=h.id,
             agent=h.agent or "",
             turns=h.turns,
-            usage=tokens_by_kind,
+            usage=usage,
             tool_calls=calls,
             messages=self.conversations.get(h.id) if messages else [],
         )
-        if h.state == "suspended" and h.checkpoint is not None:
-            chain = [h]
-            while chain[-1].checkpoint and chain[-1].checkpoint.get("awaiting"):
-                chain.append(self._handles[chain[-1].checkpoint["awaiting"]])
-            request = self._reported(chain[-1])
+        asker = self._asker(h)
+        if asker is not None:
+            request = self._reported(asker)
             return AgentResult(status="pending", text=request.prompt, pending=request, **base)
         outcome = h.outcome or {"status": "closed", "text": "closed"}
         return AgentResult(
@@ -393,12 +370,14 @@ class Runtime:
 
     def _toolkit(self, h: Handle) -> Toolkit:
         agent = self.agents[h.agent]
-        if not agent.team:  # the same view for every run of the agent: built once
-            view = self._kits.get(agent.name)
-            if view is None:
-                view = self._kits[agent.name] = Toolkit(self._views[agent.name])
-            return view
-        return Toolkit([*self._views[agent.name], self._task_tool(h, sorted(agent.team))])
+        if agent.team:
+            return Toolkit([*self._views[agent.name], self._task_tool(h, sorted(agent.team))])
+        if agent.tools is None:  # all of them: the toolkit itself, as a single run uses it
+            return self.toolkit
+        view = self._kits.get(agent.name)  # the same view for every run: built once
+        if view is None:
+            view = self._kits[agent.name] = Toolkit(self._views[agent.name])
+        return view
 
     async def _resume(
         self, h: Handle, pending: Request, answer: Answer, cancel: asyncio.Event | None
@@ -419,10 +398,10 @@ class Runtime:
         loop = asyncio.get_running_loop()
         h.inflight = loop.create_future()
         self._move(h, "running")
-        client, toolkit = self._client(h), self._toolkit(h)
         outcome: dict[str, Any]
         result: RunResult | None = None
         try:
+            client, toolkit = self._client(h), self._toolkit(h)
             if resume is None:
                 history = self.conversations.get(h.id)
                 result = await client.run(h.prompt, toolkit, history=history or None, cancel=cancel)
@@ -453,21 +432,21 @@ class Runtime:
             h.outcome = {"limit": None, **outcome}
             self._move(h, "idle")
         else:
-            self._record(h, result, client)
+            self._record(h, result)
         h.live_usage, h.live_calls = None, 0
         settled = self._result_of(h, messages=False)  # the host reads `result()`
         h.inflight.set_result(settled)
         h.inflight = None
         return settled
 
-    def _record(self, h: Handle, result: RunResult, client: Client) -> None:
+    def _record(self, h: Handle, result: RunResult) -> None:
         h.turns += result.turns
         add_usage(h.usage, result.usage)
         messages = result.messages
         if result.status == "pending" and result.pending is not None:
-            halted = _halted_ids(result.pending)
-            h.tool_calls += sum(1 for r in result.tool_calls if r["id"] not in halted)
-            found = client.dialect.halted_turn(messages)
+            # the loop records one placeholder on a halt, the halted call's: not a call made
+            h.tool_calls += len(result.tool_calls) - 1
+            found = self.client.dialect.halted_turn(messages)  # handles share its backend
             index = found[0] if found is not None else len(messages)
             self.conversations.save(h.id, messages[:index])  # rewound: before the halted turn
             awaiting = None
@@ -550,7 +529,9 @@ class Runtime:
                 data={"handle": outcome.handle, "path": (asked.data or {}).get("path")},
             )
             return ToolResult(asked.prompt, is_error=True, metadata={"pending": waiting})
-        if child is not None and child.state != "closed":
+        if child is None:  # a spawn a budget refused: its text already names the limit
+            return ToolResult(outcome.text, is_error=True, metadata=meta)
+        if child.state != "closed":
             self._move(child, "closed")  # its work is done; its result stays recorded
         if outcome.status == "done":
             return ToolResult(outcome.text, metadata=meta)

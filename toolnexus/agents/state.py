@@ -8,11 +8,13 @@ saved state.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import copy
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..types import Answer, Request
+from ..loop import WaitFor, _zero_usage
+from ..types import Request
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
@@ -25,7 +27,6 @@ __all__ = [
     "Budget",
     "ConversationStore",
     "Handle",
-    "WaitFor",
 ]
 
 STATUSES = ("done", "pending", "incomplete", "interrupted", "closed", "timeout", "error")
@@ -35,12 +36,6 @@ SUBAGENT_KIND = "subagent"
 ROOT = "root"
 DEFAULT_MAX_DEPTH = 4
 STATE_VERSION = 1
-
-WaitFor = Callable[[Request], "Answer | Awaitable[Answer | None] | None"]
-
-
-def zero_usage() -> dict[str, int]:
-    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
 
 def add_usage(into: dict[str, int], usage: Mapping[str, int] | None) -> None:
@@ -96,7 +91,7 @@ class AgentResult:
     agent: str
     pending: Request | None = None
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=zero_usage)
+    usage: dict[str, int] = field(default_factory=_zero_usage)
     tool_calls: int = 0
     limit: str | None = None
     error: str | None = None
@@ -122,7 +117,7 @@ class Handle:
     seq: int = 0
     children: list[str] = field(default_factory=list)
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=zero_usage)
+    usage: dict[str, int] = field(default_factory=_zero_usage)
     tool_calls: int = 0
     checkpoint: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
@@ -151,19 +146,16 @@ class Handle:
     )
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in self._SAVED}
-        out["children"] = list(self.children)
-        out["usage"] = dict(self.usage)
-        out["transitions"] = list(self.transitions)
-        return out
+        """A deep copy: changing it never changes the handle."""
+        return copy.deepcopy({name: getattr(self, name) for name in self._SAVED})
 
     @classmethod
     def from_dict(cls, d: Any) -> Handle:
         if not isinstance(d, Mapping) or not isinstance(d.get("id"), str):
             raise ValueError("a saved handle must be an object with a string id")
-        kwargs = {name: d[name] for name in cls._SAVED if name in d}
+        kwargs = copy.deepcopy({name: d[name] for name in cls._SAVED if name in d})
         kwargs["children"] = list(kwargs.get("children") or [])
-        kwargs["usage"] = {**zero_usage(), **dict(kwargs.get("usage") or {})}
+        kwargs["usage"] = {**_zero_usage(), **dict(kwargs.get("usage") or {})}
         kwargs["transitions"] = list(kwargs.get("transitions") or [])
         return cls(**kwargs)
 
@@ -172,7 +164,9 @@ class ConversationStore:
     """Every handle's transcript, by handle id (one store for the whole runtime)."""
 
     def __init__(self, data: Mapping[str, list[dict[str, Any]]] | None = None) -> None:
-        self._data: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (data or {}).items()}
+        self._data: dict[str, list[dict[str, Any]]] = {
+            k: list(v) for k, v in copy.deepcopy(dict(data or {})).items()
+        }
 
     def get(self, handle_id: str) -> list[dict[str, Any]]:
         return list(self._data.get(handle_id, ()))
@@ -180,8 +174,6 @@ class ConversationStore:
     def save(self, handle_id: str, messages: Iterable[dict[str, Any]]) -> None:
         self._data[handle_id] = list(messages)
 
-    def ids(self) -> list[str]:
-        return list(self._data)
-
     def to_dict(self) -> dict[str, list[dict[str, Any]]]:
-        return {k: list(v) for k, v in self._data.items()}
+        """A deep copy: changing it never changes the store."""
+        return copy.deepcopy(self._data)
