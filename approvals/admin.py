@@ -16,21 +16,32 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from . import agents, permissions, services
+from . import agents, models, permissions, services
+from .conf import app_settings
+from .domain import hostevents
 from .domain.arguments import diff
 from .domain.exceptions import ServiceError
 from .models import (
     AgentAccess,
     AgentPolicy,
     ApiToken,
+    ApprovalGiven,
     ApprovalRequest,
     Event,
     RequestCall,
     RequestHide,
+    RequestRequirement,
+    Rule,
     Run,
     ToolExecution,
+    WebhookDelivery,
+    WebhookSubscription,
+    WorkerHeartbeat,
 )
 from .presenters.cards import request_title
+from .presenters.notifications import NotificationPreferenceForm
+from .presenters.rules import RuleForm
+from .services import rules as services_rules
 from .templatetags.approvals_tags import pretty_json
 
 
@@ -353,6 +364,29 @@ class ToolExecutionAdmin(ReadOnlyAdmin):
     search_fields = ["=run__id", "call_id", "tool_name"]
 
 
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    """The workers' signs of life (what /readyz reads): written by the workers alone."""
+
+    list_display = ["worker_id", "host", "pid", "started_at", "beat_at", "beat_age", "state"]
+    list_filter = ["host"]
+    search_fields = ["worker_id", "host"]
+    readonly_fields = ["worker_id", "host", "pid", "started_at", "beat_at", "stopped_at"]
+
+    @admin.display(description="beat", ordering="-beat_at")
+    def beat_age(self, obj):
+        seconds = (timezone.now() - obj.beat_at).total_seconds()
+        return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+    @admin.display(description="state")
+    def state(self, obj):
+        if obj.stopped_at is not None:
+            return f"stopped {obj.stopped_at:%Y-%m-%d %H:%M:%S}"
+        window = app_settings.READY_WORKER_SECONDS or 60
+        fresh = (timezone.now() - obj.beat_at).total_seconds() <= window
+        return "running" if fresh else "silent (gone?)"
+
+
 @admin.register(RequestHide)
 class RequestHideAdmin(ReadOnlyAdmin):
     """Each reviewer's snoozed (until a time) and ignored (no end) requests: theirs alone."""
@@ -460,3 +494,258 @@ class AgentPolicyAdmin(admin.ModelAdmin):
         if not grants:
             return "everyone with the decide permission"
         return ", ".join(g.group.name for g in grants if g.can_decide) or "nobody"
+
+
+@admin.register(Rule)
+class RuleAdmin(admin.ModelAdmin):
+    """Rules, edited as on the Rules page (the same checks; each edit a new version), by
+    people with the "manage rules" permission."""
+
+    form = RuleForm
+    list_display = ["name", "position", "enabled", "effect", "agent", "tool", "kind", "version"]
+    list_filter = ["enabled", "effect", "kind"]
+    search_fields = ["name", "agent", "tool", "condition"]
+    readonly_fields = ["version", "match_count", "last_matched_at", "created_by", "run"]
+
+    def _may_manage(self, request) -> bool:
+        return request.user.has_perm(services_rules.MANAGE_RULES)
+
+    def has_view_permission(self, request, obj=None):
+        return self._may_manage(request)
+
+    def has_add_permission(self, request):
+        return self._may_manage(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._may_manage(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._may_manage(request)
+
+    def has_module_permission(self, request):
+        return self._may_manage(request) or super().has_module_permission(request)
+
+    def save_model(self, request, obj, form, change):
+        fields = form.rule_fields()
+        if change:
+            saved = services_rules.rule_update(user=request.user, rule_id=obj.pk, **fields)
+        else:
+            saved = services_rules.rule_create(user=request.user, **fields)
+        obj.pk, obj.version = saved.pk, saved.version
+
+    def delete_model(self, request, obj):
+        services_rules.rule_delete(user=request.user, rule_id=obj.pk)
+
+
+# -- webhooks ------------------------------------------------------------------------------
+
+
+class WebhookSubscriptionForm(forms.ModelForm):
+    url = forms.URLField(max_length=500, assume_scheme="https")
+    event_types = forms.MultipleChoiceField(
+        choices=[(t, t) for t in hostevents.TYPES],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event type.",
+    )
+
+    class Meta:
+        model = WebhookSubscription
+        fields = ["url", "description", "event_types", "active", "secret"]
+
+    def clean_url(self):
+        url = self.cleaned_data["url"]
+        if not url.lower().startswith(("http://", "https://")):
+            raise forms.ValidationError("Use an http:// or https:// address.")
+        return url
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(admin.ModelAdmin):
+    """A host's endpoint. A new one hears events from its creation on (never the past); its
+    secret is made for it and shown here for the host to verify signatures with."""
+
+    form = WebhookSubscriptionForm
+    list_display = ["__str__", "url", "types_shown", "active", "last_delivery", "created_at"]
+    list_filter = ["active"]
+    readonly_fields = ["last_event_id", "created_by", "created_at"]
+
+    class Media:
+        css = {"all": ["approvals/admin.css"]}
+
+    def get_changeform_initial_data(self, request):
+        return {**super().get_changeform_initial_data(request), "secret": services.webhook_secret()}
+
+    @admin.display(description="events")
+    def types_shown(self, obj):
+        return ", ".join(obj.event_types) if obj.event_types else "all"
+
+    @admin.display(description="last delivery")
+    def last_delivery(self, obj):
+        last = obj.deliveries.order_by("-id").first()
+        if last is None:
+            return "—"
+        shown = f"{last.state}"
+        return f"{shown}: {last.last_error[:80]}" if last.last_error else shown
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+        else:
+            services.webhook_subscribe(obj, created_by=request.user)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """The delivery log: every event sent to every subscription, its attempts and last error.
+    "Redeliver" sends the chosen ones again (same webhook id: hosts drop repeats by it)."""
+
+    agent_field = "event__run__agent"
+    list_display = [
+        "webhook_id",
+        "event_type",
+        "subscription",
+        "state",
+        "attempts",
+        "last_status",
+        "error_shown",
+        "next_attempt_at",
+        "delivered_at",
+    ]
+    list_filter = ["state", "event_type", "subscription"]
+    list_select_related = ["subscription"]
+    readonly_fields = [
+        "webhook_id",
+        "subscription",
+        "event_type",
+        "state",
+        "attempts",
+        "last_status",
+        "last_error",
+        "last_attempt_at",
+        "next_attempt_at",
+        "delivered_at",
+        "created_at",
+        "body",
+    ]
+    exclude = ["event"]
+    actions = ["redeliver"]
+
+    @admin.display(description="webhook id")
+    def webhook_id(self, obj):
+        return f"evt_{obj.event_id}"
+
+    @admin.display(description="last error")
+    def error_shown(self, obj):
+        return obj.last_error[:120] or "—"
+
+    @admin.display(description="body sent")
+    def body(self, obj):
+        return json_block(hostevents.payload(obj.event))
+
+    def has_change_permission(self, request, obj=None):
+        # The change page is the read-only detail; the action needs change permission.
+        return request.user.has_perm("approvals.change_webhookdelivery")
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields
+
+    @admin.action(description="Redeliver the selected deliveries", permissions=["change"])
+    def redeliver(self, request, queryset):
+        count = services.webhook_redeliver(list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"{count} delivery(ies) queued again.", messages.SUCCESS)
+
+
+@admin.register(RequestRequirement)
+class RequestRequirementAdmin(ReadOnlyAdmin):
+    """What a rule required of a request's deciders, and its escalation (read-only: rules set
+    them at the halt, the worker escalates)."""
+
+    agent_field = "request__agent"
+    list_display = [
+        "request",
+        "approvals_needed",
+        "approver_group",
+        "starter_may_not_approve",
+        "escalate_action",
+        "escalate_at",
+        "escalated_at",
+        "routed_user",
+        "routed_group",
+    ]
+    list_select_related = ["request", "approver_group", "routed_user", "routed_group"]
+    search_fields = ["request__request_id"]
+    readonly_fields = [f.name for f in RequestRequirement._meta.fields if f.name != "id"]
+
+
+@admin.register(ApprovalGiven)
+class ApprovalGivenAdmin(ReadOnlyAdmin):
+    """Each approval counted toward the distinct approvers a rule requires."""
+
+    agent_field = "request__agent"
+    list_display = ["request", "user", "created_at"]
+    list_select_related = ["request", "user"]
+    search_fields = ["request__request_id", "user__username"]
+    readonly_fields = ["request", "user", "created_at"]
+
+
+# -- reviewers' notifications -----------------------------------------------------------------
+
+
+class NotificationPreferenceAdminForm(NotificationPreferenceForm):
+    class Meta(NotificationPreferenceForm.Meta):
+        fields = ["user", *NotificationPreferenceForm.Meta.fields]
+
+
+@admin.register(models.NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    """Each person's notification settings (they edit their own on the Notifications page);
+    chat URLs are checked against the allowlist and apprise at save, as there."""
+
+    form = NotificationPreferenceAdminForm
+    list_display = ["user", "email_enabled", "chat_enabled", "digest_minutes", "only_overdue"]
+    list_select_related = ["user"]
+    raw_id_fields = ["user"]
+    readonly_fields = ["last_sent_at", "updated_at"]
+
+    def save_model(self, request, obj, form, change):
+        services.notification_save(obj)
+
+
+@admin.register(models.NotificationDelivery)
+class NotificationDeliveryAdmin(ReadOnlyAdmin):
+    """Every message sent to a person's channel: its state, attempts and last error (a
+    failing channel shows here, and in the log)."""
+
+    list_display = [
+        "user",
+        "channel",
+        "subject",
+        "is_test",
+        "state",
+        "attempts",
+        "error_shown",
+        "next_attempt_at",
+        "delivered_at",
+    ]
+    list_filter = ["state", "channel", "is_test"]
+    list_select_related = ["user"]
+    readonly_fields = [
+        "user",
+        "channel",
+        "target",
+        "subject",
+        "body",
+        "is_test",
+        "state",
+        "attempts",
+        "last_error",
+        "last_attempt_at",
+        "next_attempt_at",
+        "delivered_at",
+        "created_at",
+    ]
+
+    @admin.display(description="last error")
+    def error_shown(self, obj):
+        return obj.last_error[:120] or "—"

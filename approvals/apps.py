@@ -15,6 +15,7 @@ class ApprovalsConfig(AppConfig):
         from .agents.discovery import autodiscover
         from .execution import taskrow
         from .live import access, publisher  # noqa: F401  (publisher hears approvals.events.changed)
+        from .telemetry import tracing
 
         conf.install_defaults()
         checks.register()
@@ -24,6 +25,8 @@ class ApprovalsConfig(AppConfig):
         _connect_token_revocation()
         access.connect()
         _connect_stale_plan_recovery()
+        # Before the server builds its middleware chain: Django's instrumentation adds one.
+        tracing.setup()
 
 
 def _connect_token_revocation() -> None:

@@ -20,6 +20,7 @@ each missing or misplaced piece with an id and a hint that shows what to write:
                   404), or to the admin's sign-in, which refuses reviewers who are not staff
 - approvals.W002  ALLOWED_HOSTS is empty with DEBUG off: every page is refused, and every
                   live page's socket (`manage.py serve`, unlike runserver, starts anyway)
+- approvals.W003  the task backend's QUEUES leave out "webhooks": webhooks are never delivered
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, Resolver404, resolve, reverse
 from django.utils.module_loading import import_string
 
-from .conf import app_settings, setting_name
+from .conf import WEBHOOK_QUEUE, app_settings, setting_name
 
 HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
 TASK_BACKEND = "django_tasks_db.DatabaseBackend"
@@ -51,7 +52,10 @@ REQUIRED_APPS = [
     ("django_tasks", "the task framework"),
     ("django_tasks_db", "the task queue's table"),
 ]
-TASKS_EXAMPLE = 'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}'
+TASKS_EXAMPLE = (
+    'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend",'
+    ' "QUEUES": ["default", "webhooks"]}}'
+)
 CHANNELS_EXAMPLE = (
     'CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}} '
     "(one process), or channels_redis.pubsub.RedisPubSubChannelLayer for several"
@@ -88,7 +92,7 @@ def check_task_backend(**kwargs: Any) -> list[checks.CheckMessage]:
         except ImportError:
             backend_class = wanted = None
         if isinstance(backend_class, type) and issubclass(backend_class, wanted):
-            return []
+            return _check_webhook_queue(configured)
     shown = f"is {backend}" if backend else "is not set (django-tasks then runs tasks inline)"
     return [
         checks.Error(
@@ -98,6 +102,22 @@ def check_task_backend(**kwargs: Any) -> list[checks.CheckMessage]:
             hint=f"Set {TASKS_EXAMPLE} and run `manage.py db_worker` (or `manage.py serve`, "
             "which runs a worker in the server).",
             id="approvals.E002",
+        )
+    ]
+
+
+def _check_webhook_queue(configured: dict[str, Any]) -> list[checks.CheckMessage]:
+    # django-tasks allows only the queues listed (["default"] when QUEUES is not set).
+    queues = configured.get("QUEUES", ["default"])
+    if not queues or WEBHOOK_QUEUE in queues:
+        return []
+    return [
+        checks.Warning(
+            f'The "default" task backend\'s QUEUES leave out "{WEBHOOK_QUEUE}": webhook'
+            " deliveries cannot be queued, so webhook subscriptions hear nothing.",
+            hint=f'Add "{WEBHOOK_QUEUE}" to TASKS["default"]["QUEUES"], e.g. '
+            f'"QUEUES": ["default", "{WEBHOOK_QUEUE}"].',
+            id="approvals.W003",
         )
     ]
 

@@ -18,6 +18,9 @@ from django.conf import settings
 
 PREFIX = "TOOLNEXUS_"
 
+# The task queue of webhook deliveries (TASKS' QUEUES must name it; checks.W003).
+WEBHOOK_QUEUE = "webhooks"
+
 DEFAULTS: dict[str, Any] = {
     # -- agents ----------------------------------------------------------------------------
     # Extra modules that register agents (besides every installed app's agents.py).
@@ -34,10 +37,23 @@ DEFAULTS: dict[str, Any] = {
     "RUN_LEASE_SECONDS": 30,
     # How often a worker expires overdue requests and recovers abandoned runs.
     "MAINTENANCE_SECONDS": 10.0,
+    # How long a task row that ended well is kept. 0: removed as it ends, in the step's
+    # outcome transaction, so the queue's table holds what is ready or running (its claim
+    # query never walks finished rows); more: kept finished, pruned by maintenance after
+    # this long (an audit of every task, as the fault suite counts them).
+    "KEEP_FINISHED_TASKS_SECONDS": 0,
     # How often an idle worker looks for new tasks.
     "WORKER_INTERVAL": 0.2,
     # Default expiry for requests that carry no expiresAt (0: never).
     "REQUEST_TTL_SECONDS": 0,
+    # A run's page shows the model's reply as it is generated (False: only the stored
+    # transcript, once the turn ends); pushed to the page at most once per
+    # STREAM_BATCH_SECONDS, with the reply so far.
+    "STREAM_REPLIES": True,
+    "STREAM_BATCH_SECONDS": 0.15,
+    # The demo agent's model "generates" its replies word by word, this many seconds apart,
+    # while a reply streams (0: the text at once).
+    "DEMO_WORD_SECONDS": 0.03,
     # -- `manage.py serve` -------------------------------------------------------------------
     # Server timeouts (docs/operations.md, "Server timeouts"); 0: none.
     "HTTP_TIMEOUT": 60.0,
@@ -65,6 +81,54 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_DAYS": 90,
     # Whoever started a run may not approve or answer its requests, for every agent.
     "STARTER_CANNOT_APPROVE": False,
+    # -- host events (`/api/events`, webhooks) -----------------------------------------------
+    # An audit row is handed to hosts this many seconds after it was written (event_feed).
+    "EVENTS_SETTLE_SECONDS": 1.0,
+    # How often an open event stream looks for new events, and sends a keep-alive comment.
+    "EVENTS_POLL_SECONDS": 1.0,
+    "EVENTS_KEEPALIVE_SECONDS": 15.0,
+    # An event stream ends after this many seconds (the client reconnects with
+    # Last-Event-ID and loses nothing); keep it below HTTP_TIMEOUT, which would cut it.
+    "EVENTS_STREAM_SECONDS": 50.0,
+    # A webhook POST's timeout, and the attempts before a delivery is given up (the waits
+    # between attempts grow: 10 s, 30 s, 1.5 min, ... up to an hour).
+    "WEBHOOK_TIMEOUT_SECONDS": 10.0,
+    "WEBHOOK_MAX_ATTEMPTS": 8,
+    # How often the delivery worker turns new events into deliveries.
+    "WEBHOOK_DISPATCH_SECONDS": 1.0,
+    # -- reviewers' notifications (email, chat through apprise) ------------------------------
+    # Off unless set: no preference is read and nothing is sent.
+    "NOTIFICATIONS": False,
+    # The app's public address, for the links in messages (e.g. https://approvals.example.com).
+    "PUBLIC_BASE_URL": "http://127.0.0.1:8000",
+    # The apprise URL schemes a reviewer may use for chat (anything else is refused at save).
+    "NOTIFICATION_CHAT_SCHEMES": (
+        "json",
+        "jsons",
+        "form",
+        "forms",
+        "discord",
+        "msteams",
+        "matrix",
+        "matrixs",
+        "mmost",
+        "mmosts",
+        "rocket",
+        "rockets",
+        "ntfy",
+        "ntfys",
+        "gotify",
+        "gotifys",
+        "tgram",
+    ),
+    # A message's attempts before it is given up (waits grow: 10 s, 30 s, 1.5 min, ...), and
+    # each chat attempt's timeout.
+    "NOTIFICATION_MAX_ATTEMPTS": 6,
+    "NOTIFICATION_TIMEOUT_SECONDS": 10.0,
+    # A request still pending this long after it arrived is overdue (for "only overdue").
+    "NOTIFICATION_OVERDUE_MINUTES": 60,
+    # An email's Approve / Decline links work once, within this many hours.
+    "NOTIFICATION_LINK_HOURS": 24,
     # -- triage ------------------------------------------------------------------------------
     # Minutes a reviewer's claim on a request lasts ("I am on it"; 0: until released).
     "CLAIM_MINUTES": 30,
@@ -75,6 +139,26 @@ DEFAULTS: dict[str, Any] = {
     # counts (claimed by me, unclaimed...) are the viewer's own, so each such page counts
     # them at most once per this many seconds, after the change (0: after every change).
     "LIVE_CHIP_SECONDS": 5.0,
+    # -- health and metrics (docs/operations.md, "Health and metrics") ------------------------
+    # Seconds each /readyz check (database and migrations, channel layer, worker) may take;
+    # the checks run side by side, so /readyz answers within about this long.
+    "READY_TIMEOUT": 3.0,
+    # /readyz wants a worker's heartbeat within this many seconds (0: no worker check, for a
+    # deployment whose servers must stay ready while no worker runs).
+    "READY_WORKER_SECONDS": 60,
+    # The bearer token /metrics asks for; unset, /metrics answers 404.
+    "METRICS_TOKEN": "",
+    # Seconds a scrape may spend reading the database; past it, the last values read.
+    "METRICS_DB_TIMEOUT": 2.0,
+    # -- traces and logs (docs/operations.md, "Traces and logs") -----------------------------
+    # OpenTelemetry traces exported over OTLP/HTTP (the standard OTEL_* variables configure
+    # the exporter); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    "TRACING": False,
+    # -- the team dashboard (/reports/) ------------------------------------------------------
+    # Seconds a period's figures are kept (per set of agents the viewer may see) before the
+    # database is read again: the figures scan every decision of the period, a cost that grows
+    # with it, and a dashboard a minute old tells the same story (0: read at every view).
+    "REPORTS_CACHE_SECONDS": 60,
 }
 
 

@@ -6,6 +6,7 @@ rows; read them through `approvals.selectors`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import secrets
@@ -52,6 +53,12 @@ class Run(models.Model):
     worker_id = models.CharField(max_length=64, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     version = models.PositiveIntegerField(default=0)
+    # A team run (an agent registered with a team): the agent runtime's state as the last
+    # step left it (`toolnexus.agents.Runtime.to_dict()`: every handle, its checkpoint and
+    # transcript); null for a single agent's run.
+    team_state = models.JSONField(
+        null=True, blank=True, help_text="The agent runtime's state of a team run."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -128,6 +135,14 @@ class ApprovalRequest(models.Model):
     # What the inbox search looks in, lowercased (build_search_text): filled when the row is
     # made, so a search is one indexed column (pg_trgm on PostgreSQL), not a join per call.
     search_text = models.TextField(blank=True, default="", editable=False)
+    # Decided by a rule, not a person (the worker, inline): which rule, at which version.
+    decided_by_rule = models.ForeignKey(
+        "Rule", null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions"
+    )
+    rule_version = models.PositiveIntegerField(null=True, blank=True)
+    # A rule set who may decide it (its RequestRequirement): decisions and cards read that
+    # row only when this is set, so other requests cost no extra read.
+    has_requirement = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -309,6 +324,10 @@ class ToolExecution(models.Model):
     # reuse call ids across turns, so the call id alone is not a key.
     message_index = models.IntegerField()
     call_id = models.CharField(max_length=200)
+    # The agent of a team run that called it (its handle id, "root/coordinator.1/refunds.1"):
+    # transcript positions and call ids repeat from one agent's transcript to another's.
+    # "" for a single agent's run.
+    handle = models.CharField(max_length=400, blank=True, default="")
     tool_name = models.CharField(max_length=200)
     input = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
@@ -321,7 +340,8 @@ class ToolExecution(models.Model):
         ordering = ["-run_id", "started_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["run", "message_index", "call_id"], name="execution_once_per_call"
+                fields=["run", "handle", "message_index", "call_id"],
+                name="execution_once_per_call",
             )
         ]
 
@@ -334,9 +354,16 @@ class Event(models.Model):
 
     # Not indexed on its own: event_run_created starts with it (an insert per audit event
     # maintains one index fewer).
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
+    # Null for an event about no run: a rule's audit trail (`rule`).
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     request = models.ForeignKey(
         ApprovalRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    # The rule a rule_* event is about; the detail keeps its id and name once it is deleted.
+    rule = models.ForeignKey(
+        "Rule", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit"
     )
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -449,3 +476,439 @@ class AgentAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group} on {self.policy} ({'decide' if self.can_decide else 'view'})"
+
+
+class WorkerHeartbeat(models.Model):
+    """A worker's sign of life, written when it starts and then every third of the run lease
+    by its heartbeat thread (db_worker processes and `serve`'s in-process worker alike).
+    /readyz wants one beat within TOOLNEXUS_READY_WORKER_SECONDS; the admin lists them."""
+
+    worker_id = models.CharField("worker id", max_length=64, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField("process id")
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField("last beat", db_index=True)
+    # Set when the worker stopped cleanly; a killed worker's row just stops beating.
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-beat_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"worker {self.worker_id} on {self.host} (pid {self.pid})"
+
+
+class Rule(models.Model):
+    """A standing decision for the team: calls in its scope whose condition holds are approved
+    or declined by the worker where the run would halt, with no request left waiting.
+
+    Rules are tried by `position`, then declines before approves, then age; the first
+    enabled, unexpired match decides (`domain.rules.first_match`). `version` goes up with
+    every edit, and each decision records the version it was made under."""
+
+    class Effect(models.TextChoices):
+        APPROVE = "approve"
+        DECLINE = "decline"
+        # These decide nothing: the request waits with the rule's requirements on it.
+        REQUIRE_APPROVERS = "require_approvers", "require N distinct approvers"
+        REQUIRE_GROUP = "require_group", "require a group"
+
+    class Escalation(models.TextChoices):
+        NONE = "", "none"
+        NOTIFY = "notify", "notify a group"
+        REASSIGN = "reassign", "route to a person or group"
+        DECLINE = "decline", "decline with a reason"
+
+    class Kind(models.TextChoices):
+        ANY = "", "any gated call"
+        TOOL_CALL = "tool_call", "relay call"
+        APPROVAL = "approval", "approval"
+
+    name = models.CharField(max_length=100)
+    position = models.PositiveIntegerField(
+        default=100, help_text="Lower positions are tried first."
+    )
+    enabled = models.BooleanField(default=True)
+    agent = models.CharField(max_length=100, blank=True, default="", help_text="Empty: any agent.")
+    tool = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="A tool name or a glob such as refund_* (empty: any tool).",
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices, blank=True, default="")
+    condition = models.TextField(
+        blank=True,
+        default="",
+        help_text='A CEL expression over args and run, e.g. args.amount <= 50 && args.currency == "USD".',
+    )
+    effect = models.CharField(max_length=20, choices=Effect.choices)
+    reason = models.TextField(
+        blank=True, default="", help_text='What the model reads for a decline (empty: "declined").'
+    )
+    # An "always allow ... for this run only" rule: only this run's calls match.
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="rules"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never.")
+    # Requirements (effects require_approvers / require_group), copied onto each request.
+    approvals_needed = models.PositiveSmallIntegerField(
+        default=1, help_text="Distinct people who must approve (require_approvers: 2 or more)."
+    )
+    approver_group = models.ForeignKey(
+        "auth.Group",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Only its members may decide (require_group; optional otherwise).",
+    )
+    starter_may_not_approve = models.BooleanField(
+        default=False, help_text="Whoever started the run may not approve its call."
+    )
+    escalate_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Escalate a request still undecided after this long."
+    )
+    escalate_action = models.CharField(
+        max_length=10, choices=Escalation.choices, blank=True, default=""
+    )
+    escalate_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    escalate_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    escalate_reason = models.TextField(blank=True, default="")
+    version = models.PositiveIntegerField(default=1)
+    match_count = models.PositiveIntegerField(default=0)
+    last_matched_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # An "always allow" ticked when approving this request made the rule.
+    source_request = models.ForeignKey(
+        ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["position", "id"]
+        permissions = [("manage_rules", "Can create, edit and delete rules")]
+
+    def __str__(self) -> str:
+        return f"rule {self.pk}, {self.name}, version {self.version}"
+
+
+class WebhookSubscription(models.Model):
+    """A host's endpoint that hears the events it subscribed to (`approvals.hostevents`),
+    signed per the Standard Webhooks specification with its secret (managed in the admin)."""
+
+    url = models.URLField(max_length=500, help_text="Where events are POSTed (http or https).")
+    description = models.CharField(max_length=200, blank=True, default="")
+    event_types = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='The event types sent, e.g. ["request.created", "run.finished"]; empty: all.',
+    )
+    secret = models.CharField(
+        max_length=100,
+        help_text="The signing secret (whsec_ and base64); the host verifies with it.",
+    )
+    active = models.BooleanField(default=True)
+    # Events up to this one (the audit Event's id) have their deliveries made.
+    last_event_id = models.BigIntegerField(default=0, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "webhook subscription"
+
+    def __str__(self) -> str:
+        return self.description or self.url
+
+    @staticmethod
+    def generate_secret() -> str:
+        return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+    def wants(self, event_type: str) -> bool:
+        return not self.event_types or event_type in self.event_types
+
+
+class WebhookDelivery(models.Model):
+    """One event to one subscription: sent until the endpoint answers 2xx or attempts run out.
+    The webhook id the host sees (`evt_<event id>`) stays the same over every attempt."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed (gave up)"
+
+    subscription = models.ForeignKey(
+        WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="+")
+    event_type = models.CharField(max_length=50)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_status = models.PositiveIntegerField(null=True, blank=True, help_text="HTTP status.")
+    last_error = models.TextField(blank=True, default="")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "event"], name="webhook_delivery_once_per_event"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} (evt_{self.event_id}) to {self.subscription}"
+
+
+class RequestRequirement(models.Model):
+    """What a pending request needs before it is decided, copied from the rule that required
+    it when the run halted (later edits of the rule change new halts only), and its
+    escalation: when it is due, what it does, and once done, when and to whom it routed."""
+
+    request = models.OneToOneField(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="requirement"
+    )
+    rule = models.ForeignKey(
+        Rule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rule_version = models.PositiveIntegerField(null=True, blank=True)
+    approvals_needed = models.PositiveSmallIntegerField(default=1)
+    approver_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    starter_may_not_approve = models.BooleanField(default=False)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalate_action = models.CharField(max_length=10, blank=True, default="")
+    escalate_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    escalate_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    escalate_reason = models.TextField(blank=True, default="")
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    # Set by a "reassign" escalation: the inbox's "routed to me" chip.
+    routed_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    routed_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        indexes = [
+            # The worker's escalation sweep: due and not yet escalated.
+            models.Index(
+                fields=["escalate_at"],
+                condition=Q(escalated_at__isnull=True, escalate_at__isnull=False),
+                name="req_escalation_due",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"requirement of request {self.request_id}"
+
+
+class ApprovalGiven(models.Model):
+    """One person's approval of a request that needs several: the Nth distinct one decides it."""
+
+    request = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="approvals_given"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name = "approval given"
+        verbose_name_plural = "approvals given"
+        constraints = [
+            models.UniqueConstraint(fields=["request", "user"], name="approval_given_once_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"approval of request {self.request_id} by user {self.user_id}"
+
+
+class NotificationPreference(models.Model):
+    """How one reviewer hears of new requests: by email and/or chat (apprise URLs), which
+    requests, when (quiet hours) and how often (one message per request, or a digest).
+    Nothing is sent unless TOOLNEXUS_NOTIFICATIONS is on."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    email_enabled = models.BooleanField("email", default=False)
+    email = models.EmailField(
+        "email address",
+        blank=True,
+        default="",
+        help_text="Where emails go; empty: the account's address.",
+    )
+    chat_enabled = models.BooleanField("chat", default=False)
+    chat_urls = models.TextField(
+        "chat URLs",
+        blank=True,
+        default="",
+        help_text="Apprise URLs, one a line (e.g. json://chat.example.com/hook); only the"
+        " schemes in TOOLNEXUS_NOTIFICATION_CHAT_SCHEMES.",
+    )
+    agents = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Agent names, comma-separated; empty: all.",
+    )
+    kinds = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Request kinds (tool_call, approval, question, ...), comma-separated; empty: all.",
+    )
+    only_routed = models.BooleanField(
+        "only requests routed to me",
+        default=False,
+        help_text="Only agents whose access lists a group of mine that can decide.",
+    )
+    only_overdue = models.BooleanField(
+        "only overdue requests",
+        default=False,
+        help_text="Only requests still waiting past their deadline or"
+        " TOOLNEXUS_NOTIFICATION_OVERDUE_MINUTES after they arrived.",
+    )
+    quiet_start = models.TimeField(null=True, blank=True, help_text="Quiet hours from (HH:MM).")
+    quiet_end = models.TimeField(null=True, blank=True, help_text="... until (HH:MM).")
+    time_zone = models.CharField(
+        max_length=64,
+        default="UTC",
+        help_text="The time zone of the quiet hours, e.g. Europe/Paris.",
+    )
+    digest_minutes = models.PositiveIntegerField(
+        "digest every (minutes)",
+        default=0,
+        help_text="0: one message per request; else one message every this many minutes"
+        " listing what arrived.",
+    )
+    # When the last message went out (the digest's clock).
+    last_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "notification preference"
+
+    def __str__(self) -> str:
+        return f"notifications of {self.user}"
+
+    def chat_url_list(self) -> list[str]:
+        return [line.strip() for line in self.chat_urls.splitlines() if line.strip()]
+
+    def agent_list(self) -> list[str]:
+        return [a.strip() for a in self.agents.split(",") if a.strip()]
+
+    def kind_list(self) -> list[str]:
+        return [k.strip() for k in self.kinds.split(",") if k.strip()]
+
+
+class NotificationItem(models.Model):
+    """A request that reached one person's notifications, waiting for its message (now, after
+    the quiet hours, or in the next digest). Kept once sent: a request reaches a person once
+    per reason."""
+
+    class Reason(models.TextChoices):
+        NEW = "new", "new"
+        OVERDUE = "overdue", "overdue"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="+")
+    reason = models.CharField(max_length=20, choices=Reason.choices, default=Reason.NEW)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "request", "reason"], name="notification_item_once"
+            )
+        ]
+        indexes = [models.Index(fields=["user", "sent_at"], name="notification_item_unsent")]
+
+
+class NotificationDelivery(models.Model):
+    """One message to one channel of one person, sent by a task with retries; a failure is
+    logged here (last_error) and never holds another channel back."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed (gave up)"
+
+    class Channel(models.TextChoices):
+        EMAIL = "email", "email"
+        CHAT = "chat", "chat"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_deliveries"
+    )
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    target = models.TextField(help_text="The email address or the apprise URL.")
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    is_test = models.BooleanField(default=False)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "notification deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.user}: {self.subject}"
+
+
+class NotificationLinkUse(models.Model):
+    """A signed email link (approve or decline) that was used: each works once."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=10)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+
+class NotificationCursor(models.Model):
+    """One row: the audit rows up to `last_event_id` were turned into notification items."""
+
+    last_event_id = models.BigIntegerField(default=0)
+
+
+class TeamReport(models.Model):
+    """No table: the holder of the "view reports" permission (the team dashboard, /reports/).
+    A permission needs a model to hang on; an unmanaged one adds none to the database."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [("view_reports", "Can view the team reports")]

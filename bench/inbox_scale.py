@@ -4,6 +4,7 @@
     python bench/inbox_scale.py --postgres            # PostgreSQL on 127.0.0.1 (database toolnexus_bench)
     python bench/inbox_scale.py --sizes 1000,10000,100000 --repeat 50
     python bench/inbox_scale.py --postgres --only selectors --compare-plain
+    python bench/inbox_scale.py --postgres --only reports --sizes 100000
 
 For each size it fills a fresh database with that many pending requests (each with its run
 and one relay call, spread over three agents; every 100th names the customer "Zanzibar
@@ -17,6 +18,13 @@ number of SQL queries per render of:
 - selectors: the triage inbox's reads alone (`inbox_page`: the first page, 20 rows and one
   more, with their calls, plus `inbox_counts`), for each query in QUERIES: figures that do
   not depend on how the page renders.
+
+- reports (`--only reports`, not part of "all"): the team dashboard (GET /reports/ for 7, 30
+  and 90 days, and its CSV) over that many DECIDED requests instead of pending ones: spread
+  evenly over the last 90 days, decided by five reviewers after 0 to 2 hours, three in four
+  approved, one in five declined with one of eight reasons, the rest answered; every 20th by
+  no person (a rule), and 200 pending of every age. The figures are cached for
+  TOOLNEXUS_REPORTS_CACHE_SECONDS (60 s): set it to 0 to time every render's reads.
 
 The query count must not grow with the row count. On PostgreSQL the bench runs VACUUM
 ANALYZE after filling (statistics and the visibility map autovacuum keeps on a table at
@@ -146,6 +154,90 @@ def fill(target: int, viewer) -> None:
         have += n
 
 
+REASONS = [f"reason {i}: over the limit" for i in range(8)]
+
+
+def fill_decided(target: int) -> None:
+    """Grow the decided requests to `target` (bulk inserts, 5k a batch), spread over the last
+    90 days as `--only reports` describes, plus 200 pending requests of every age once."""
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+    from django.utils import timezone
+
+    from approvals.models import ApprovalRequest, Run
+    from tests.approvals.factories import make_user
+
+    User = get_user_model()
+    reviewers = [
+        User.objects.filter(username=f"bench-decider{i}").first()
+        or make_user(role="reviewer", username=f"bench-decider{i}")
+        for i in range(5)
+    ]
+    # The bench writes arrival times itself: auto_now_add would stamp every row "now".
+    created = ApprovalRequest._meta.get_field("created_at")
+    created.auto_now_add = False
+    now = timezone.now()
+    span = 90 * 86400
+    have = ApprovalRequest.objects.exclude(state="pending").count()
+    pending = ApprovalRequest.objects.filter(state="pending").count()
+    batch = 5000
+    try:
+        if not pending:
+            with transaction.atomic():
+                runs = Run.objects.bulk_create(
+                    [Run(agent=f"agent{i % 3}", prompt="p", status="pending") for i in range(200)]
+                )
+                ApprovalRequest.objects.bulk_create(
+                    ApprovalRequest(
+                        run=run,
+                        agent=run.agent,
+                        request_id=f"bench-wait-{i}",
+                        kind="tool_call",
+                        created_at=now - timedelta(seconds=i * 997 * 17 % (14 * 86400)),
+                    )
+                    for i, run in enumerate(runs)
+                )
+        while have < target:
+            n = min(batch, target - have)
+            rows = []
+            with transaction.atomic():
+                runs = Run.objects.bulk_create(
+                    [
+                        Run(agent=f"agent{(have + i) % 3}", prompt="p", status="done")
+                        for i in range(n)
+                    ]
+                )
+                for i, run in enumerate(runs):
+                    k = have + i
+                    decided_at = now - timedelta(seconds=(k * 7919) % span)
+                    state = "declined" if k % 5 == 0 else "answered" if k % 20 == 1 else "approved"
+                    rows.append(
+                        ApprovalRequest(
+                            run=run,
+                            agent=run.agent,
+                            request_id=f"bench-done-{k}",
+                            kind="tool_call",
+                            state=state,
+                            reason=REASONS[k % 8] if state == "declined" else "",
+                            decided_by=None if k % 20 == 3 else reviewers[k % 5],
+                            decided_at=decided_at,
+                            created_at=decided_at - timedelta(seconds=(k * 31) % 7200),
+                        )
+                    )
+                ApprovalRequest.objects.bulk_create(rows)
+            have += n
+    finally:
+        created.auto_now_add = True
+
+
+REPORT_QUERIES = [
+    ("reports 7 days", "/reports/?days=7"),
+    ("reports 30 days", "/reports/?days=30"),
+    ("reports 90 days", "/reports/?days=90"),
+    ("reports CSV 30 days", "/reports/export.csv?days=30"),
+]
+
+
 # The inbox with search, sort and filters in use (InboxQuery parameters).
 QUERIES: list[tuple[str, dict[str, str]]] = [
     ("default", {}),
@@ -269,9 +361,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument(
         "--only",
-        choices=("all", "pages", "selectors"),
+        choices=("all", "pages", "selectors", "reports"),
         default="all",
-        help="pages: GET / and the API; selectors: the triage reads alone",
+        help="pages: GET / and the API; selectors: the triage reads alone; reports: the "
+        "team dashboard over that many decided requests (not part of all)",
     )
     parser.add_argument(
         "--compare-plain",
@@ -302,12 +395,20 @@ def main() -> int:
     from tests.approvals.factories import make_user
 
     user = make_user(role="reviewer", username="bench-reviewer")
+    if args.only == "reports":
+        from django.contrib.auth.models import Permission
+
+        user.user_permissions.add(Permission.objects.get(codename="view_reports"))
     client = Client()
     client.force_login(user)
 
     print(f"inbox scale on {where}; {args.repeat} renders per size after 3 warm-ups")
+    if args.only == "reports":
+        # 0 times every render's reads; the default (60 s) times what a viewer mostly gets
+        print(f"reports cache: {settings.TOOLNEXUS_REPORTS_CACHE_SECONDS} s")
     print(f"machine speed: a fixed Python loop takes {machine_speed():.0f} ms (lower is faster)")
-    print(f"{'pending':>8}  {'what':<32} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
+    rows_are = "decided" if args.only == "reports" else "pending"
+    print(f"{rows_are:>8}  {'what':<32} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
 
     def report(size: int, label: str, times: list[float], queries: int) -> None:
         p50, p95 = statistics.median(times), percentile(times, 0.95)
@@ -315,7 +416,10 @@ def main() -> int:
 
     for size in [int(s) for s in args.sizes.split(",")]:
         started = time.perf_counter()
-        fill(size, user)
+        if args.only == "reports":
+            fill_decided(size)
+        else:
+            fill(size, user)
         if args.postgres:
             from django.db import connection
 
@@ -324,6 +428,10 @@ def main() -> int:
                 # map that lets the counts' covering index answer without the table
                 cursor.execute("VACUUM ANALYZE")
         filled = time.perf_counter() - started
+        if args.only == "reports":
+            for label, path in REPORT_QUERIES:
+                times, queries = measure(client, path, args.repeat)
+                report(size, label, times, queries)
         if args.only in ("all", "pages"):
             for label, path in PAGE_QUERIES:
                 times, queries = measure(client, path, args.repeat)

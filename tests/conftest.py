@@ -18,6 +18,29 @@ def pytest_configure(config):
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"):
         os.environ.pop(key, None)
     _no_connection_pool_in_this_process()
+    _demo_replies_at_once()
+    _finished_task_rows_kept()
+
+
+def _finished_task_rows_kept():
+    """A step's task row goes with its outcome by default (approvals.execution.taskrow); in
+    this process's tests it is kept, marked, as the fault suite keeps it, so that a test can
+    count the tasks a run had (tasks_for). The tests of the removal set it to 0; the servers
+    the browser suites start keep the default."""
+    from django.conf import settings
+
+    if settings.configured:
+        settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 86400
+
+
+def _demo_replies_at_once():
+    """The demo's model streams its replies word by word (TOOLNEXUS_DEMO_WORD_SECONDS): in
+    this process's tests it answers at once, or every demo run would wait for its words.
+    Tests of streaming set it; the servers the browser suites start keep the default."""
+    from django.conf import settings
+
+    if settings.configured:
+        settings.TOOLNEXUS_DEMO_WORD_SECONDS = 0
 
 
 def _no_connection_pool_in_this_process():

@@ -6,7 +6,7 @@ The engine is framework-free and async-first; see the project README and contrac
 from .agents import Agent, AgentResult, Budget, ConversationStore, Handle, Runtime
 from .client import create_client, create_in_process_client
 from .in_process import InProcessRequest, InProcessResponse, InProcessToolCall
-from .loop import Client
+from .loop import HALT, Client
 from .mcp_spec import McpServer, McpServerError
 from .toolkit import Toolkit, create_toolkit, define_tool
 from .types import (
@@ -25,6 +25,7 @@ from .types import (
 )
 
 __all__ = [
+    "HALT",
     "Agent",
     "AgentResult",
     "Answer",

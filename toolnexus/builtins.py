@@ -62,6 +62,11 @@ QUESTION_SCHEMA: dict[str, Any] = {
                             ]
                         },
                     },
+                    "custom": {
+                        "type": "boolean",
+                        "description": "Allow typing your own answer besides the options"
+                        " (default: true)",
+                    },
                 },
                 "required": ["question"],
             },

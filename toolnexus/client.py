@@ -28,7 +28,7 @@ __all__ = [
 
 # Options that configure the model backend; the rest configure the loop (`Client`).
 _HTTP_OPTIONS = ("retries", "retry_base_ms", "request_timeout", "http_client", "limits")
-_IN_PROCESS_OPTIONS = ("retries", "retry_base_ms")
+_IN_PROCESS_OPTIONS = ("retries", "retry_base_ms", "word_delay")
 
 
 def _api_key(style: str, explicit: str | None) -> str | None:
@@ -55,7 +55,8 @@ def create_client(
 
     Options: `system_prompt`, `max_turns`, `wait_for`, `hooks`, `timeout` (whole run) and
     `budget_check(turns, usage, tool_calls)` (asked before each model call; a limit name it
-    returns ends the run `incomplete` with that `limit`) for the loop; `retries`, `retry_base_ms`, `request_timeout` (one model call), `http_client` (an
+    returns ends the run `incomplete` with that `limit`) and `on_text(delta)` (the reply's
+    text as the model generates it: the body asks for a stream) for the loop; `retries`, `retry_base_ms`, `request_timeout` (one model call), `http_client` (an
     `httpx.AsyncClient` to use as it is) and `limits` (`httpx.Limits` of the engine's own
     client) for the endpoint.
     """
@@ -82,7 +83,8 @@ def create_in_process_client(
     *, generate: Callable[[InProcessRequest], Any], model: str = "in-process", **options: Any
 ) -> Client:
     """A client whose model is a Python function: no URL, no socket. Transcripts are
-    OpenAI-shaped. Failures of `generate` are not retried unless `retries` is given."""
+    OpenAI-shaped. Failures of `generate` are not retried unless `retries` is given;
+    `word_delay` (seconds) streams a turn's text word by word (`on_text`, `stream`)."""
     if not callable(generate):
         raise TypeError("create_in_process_client needs a callable generate")
     for wire_only in ("base_url", "api_key", "style", "http_client", "headers"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 _COMPACT = (",", ":")
+_WORD = re.compile(r"\s*\S+|\s+$")  # a word with the whitespace before it (joined: the text)
 
 
 @dataclass(slots=True)
@@ -108,6 +110,8 @@ class InProcessModel:
     """The model backend of `create_in_process_client`: one call of `generate` per turn.
 
     A failing `generate` is a retryable `ModelError`, retried only when `retries` is given.
+    `word_delay` (seconds): a streamed turn's text is emitted word by word, this long apart,
+    as a model generating it would (a demo that visibly streams); 0 emits it whole.
     """
 
     dialect = OPENAI
@@ -120,8 +124,10 @@ class InProcessModel:
         model: str,
         retries: int = 0,
         retry_base_ms: float = 500,
+        word_delay: float = 0.0,
     ) -> None:
         self.generate = generate
+        self.word_delay = max(0.0, word_delay)
         self.model = model
         self.retries = max(0, retries)
         self.retry_base = retry_base_ms / 1000
@@ -134,7 +140,13 @@ class InProcessModel:
         else:
             turn = await self._turn(body)
         if emit is not None and turn.text:
-            emit({"type": "text", "delta": turn.text})
+            if self.word_delay <= 0:
+                emit({"type": "text", "delta": turn.text})
+                return turn
+            for i, word in enumerate(_WORD.findall(turn.text)):
+                if i:
+                    await asyncio.sleep(self.word_delay)
+                emit({"type": "text", "delta": word})
         return turn
 
     async def _turn(self, body: dict[str, Any]) -> ModelTurn:

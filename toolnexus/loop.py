@@ -34,7 +34,20 @@ from .types import (
     pending_of,
 )
 
-__all__ = ["Client", "ModelBackend", "declined_text"]
+__all__ = ["HALT", "Client", "ModelBackend", "declined_text"]
+
+
+class _Halt:
+    """What `wait_for` returns to leave a suspension to halt the run as it would without one
+    (a host that decides some calls inline, by its own rules, and leaves the rest to people)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HALT"
+
+
+HALT: Any = _Halt()
 
 WaitFor = Callable[[Request], "Answer | Awaitable[Answer | None] | None"]
 # Asked before each model call with this run's turns, usage and tool-call count; a name
@@ -74,6 +87,16 @@ def _check_cancel(state: _RunState) -> None:
 
 def _zero_usage() -> dict[str, int]:
     return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def _text_only(on_text: Callable[[str], None]) -> Emit:
+    """An `emit` for the model backend that hands `on_text` the text deltas alone."""
+
+    def emit(event: dict[str, Any]) -> None:
+        if event.get("type") == "text" and event.get("delta"):
+            on_text(event["delta"])
+
+    return emit
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -116,6 +139,7 @@ class Client:
         hooks: Any = None,
         timeout: float | None = None,
         budget_check: BudgetCheck | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -127,6 +151,11 @@ class Client:
         self.hooks = hooks
         self.timeout = timeout
         self.budget_check = budget_check
+        # Called (synchronously, on the run's loop) with each piece of reply text as the
+        # model generates it, in `run`, `continue_run` and `run_with_answer` too: a host
+        # shows the reply live without consuming `stream`'s events. The stored transcript
+        # still gets the whole turn.
+        self.on_text = on_text
 
     @property
     def dialect(self) -> Dialect:
@@ -334,6 +363,8 @@ class Client:
                     return self._finish(state, "pending", halted.prompt, pending=halted)
         backend = self.backend
         emit = state.emit
+        if emit is None and self.on_text is not None:
+            emit = _text_only(self.on_text)
         model_emit = emit if emit is not None and backend.streams else None
         tools = dialect.tools_of(toolkit)
         text = ""
@@ -510,7 +541,8 @@ class Client:
         halted: _Slot | None = None
         if suspended and self.wait_for is not None:
             await asyncio.gather(*(self._resolve(toolkit, s, state) for s in suspended))
-        elif suspended:
+            suspended = [s for s in slots if s.request is not None]  # left to halt (HALT)
+        if suspended:
             halted = suspended[0]
             if halted.request.kind == RELAY_KIND:
                 self._merge_relay_calls(halted.request, suspended[1:])
@@ -700,6 +732,8 @@ class Client:
         if state.emit is not None:
             state.emit({"type": "pending", "request": request})
         answer = await _maybe_await(self.wait_for(request))
+        if answer is HALT:
+            return  # still suspended: the turn halts on it
         slot.request = None
         if answer is not None and answer.id != request.id:
             raise ResumeError(

@@ -255,8 +255,11 @@ class HTTPModel:
         status = response.status_code
         if status >= 400:
             raise _status_failure(status, response.headers, response.text)
+        return self._parse_whole(response.content, status)
+
+    def _parse_whole(self, content: bytes, status: int) -> ModelTurn:
         try:
-            data = json.loads(response.content)
+            data = json.loads(content)
         except ValueError as exc:
             raise ModelError(f"model reply is not valid JSON: {exc}", status=status) from exc
         if not isinstance(data, dict):
@@ -270,6 +273,12 @@ class HTTPModel:
             if response.status_code >= 400:
                 text = (await response.aread()).decode(errors="replace")
                 raise _status_failure(response.status_code, response.headers, text)
+            if "json" in response.headers.get("content-type", ""):
+                # An endpoint that does not stream answers the whole reply: its text at once.
+                turn = self._parse_whole(await response.aread(), response.status_code)
+                if turn.text:
+                    emit({"type": "text", "delta": turn.text})
+                return turn
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue

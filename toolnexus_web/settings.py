@@ -16,6 +16,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 
 from approvals.conf import is_loopback  # also what `serve` decides exposure with
+from approvals.telemetry.logs import check_format as check_log_format
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -178,6 +179,9 @@ MIDDLEWARE = [
     # each of them cross to the event loop and back for its own hooks (15 crossings per
     # request instead of 5, each waiting behind the live pages' work on that loop).
     "approvals.web.middleware.RequestGuardMiddleware",
+    # The user and the run or request a URL names on each log line (and on its span); sync
+    # as the guard is, so beside it it costs no crossing of its own.
+    "approvals.telemetry.middleware.TelemetryMiddleware",
     # Last, as django-axes asks: turns a locked-out sign-in into the lockout page (429).
     "axes.middleware.AxesMiddleware",
 ]
@@ -189,7 +193,8 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The project's own templates (templates/base.html: the page the app's pages sit in).
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -304,7 +309,10 @@ else:
 
 # -- background work -----------------------------------------------------------------------
 
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+# "webhooks": host webhooks' deliveries, run by their own worker beside the run worker.
+TASKS = {
+    "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "webhooks"]}
+}
 
 # -- auth, static, i18n --------------------------------------------------------------------
 
@@ -327,6 +335,9 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# The project's own assets next to the app's: its icon and the brand stylesheet that themes
+# the inbox (README, "Theming").
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -443,6 +454,12 @@ TOOLNEXUS_INBOX_COUNT_CAP = env_int(
 )
 TOOLNEXUS_LIVE_CHIP_SECONDS = env_float("TOOLNEXUS_LIVE_CHIP_SECONDS", 5.0, maximum=86_400)
 
+# A run's page shows the model's reply as it is generated, in batches this many seconds
+# apart; the demo's model generates its replies word by word (seconds per word).
+TOOLNEXUS_STREAM_REPLIES = env_bool("TOOLNEXUS_STREAM_REPLIES", True)
+TOOLNEXUS_STREAM_BATCH_SECONDS = env_float("TOOLNEXUS_STREAM_BATCH_SECONDS", 0.15, maximum=60)
+TOOLNEXUS_DEMO_WORD_SECONDS = env_float("TOOLNEXUS_DEMO_WORD_SECONDS", 0.03, maximum=5)
+
 # -- security headers and TLS (docs/operations.md, "Security settings") ----------------------
 
 # No inline script or style, no eval: htmx runs with allowEval, includeIndicatorStyles and
@@ -488,14 +505,35 @@ if not DEBUG:
     if not SECURE_HSTS_PRELOAD:
         SILENCED_SYSTEM_CHECKS = ["security.W021"]  # "SECURE_HSTS_PRELOAD is not True"
 
+# Log lines as text (the default: the message alone, as ever) or JSON objects with the time,
+# level, logger and the run id, request id and user they are about (docs/operations.md,
+# "Traces and logs"). Traces: TOOLNEXUS_TRACING=1 or OTEL_EXPORTER_OTLP_ENDPOINT.
+TOOLNEXUS_LOG_FORMAT = check_log_format(env("TOOLNEXUS_LOG_FORMAT", "text"))
+TOOLNEXUS_TRACING = env_bool("TOOLNEXUS_TRACING", False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "approvals.telemetry.logs.ContextFilter"}},
+    "formatters": {"json": {"()": "approvals.telemetry.logs.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            **({"formatter": "json"} if TOOLNEXUS_LOG_FORMAT == "json" else {}),
+        }
+    },
     "loggers": {
         "approvals": {"handlers": ["console"], "level": env("TOOLNEXUS_LOG_LEVEL", "INFO")},
         # Server errors reach the console in production too (Django logs them only with DEBUG).
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        # JSON: Django's own warnings (a CSRF refusal, a bad Host) as JSON lines too, not as
+        # the text its DEBUG-only console handler writes. Text keeps Django's defaults.
+        **(
+            {"django": {"handlers": ["console"], "level": "WARNING", "propagate": False}}
+            if TOOLNEXUS_LOG_FORMAT == "json"
+            else {}
+        ),
     },
 }
 
@@ -509,11 +547,15 @@ TOOLNEXUS_DEMO_AGENT = env_bool("TOOLNEXUS_DEMO_AGENT", True)
 # accounts (both off by default in a host project; approvals/conf.py).
 TOOLNEXUS_SERVE_MIGRATE = True
 TOOLNEXUS_DEMO_ACCOUNTS = True
+# The app's pages sit in the project's page (templates/base.html), with its icon and brand.
+TOOLNEXUS_BASE_TEMPLATE = "base.html"
 # A running run's lease: its worker's heartbeat renews it every third of this; when the
 # worker dies, another worker takes the run over once it lapses.
 TOOLNEXUS_RUN_LEASE_SECONDS = int(env("TOOLNEXUS_RUN_LEASE_SECONDS", "30"))
 # How often a worker expires overdue requests and recovers abandoned runs.
 TOOLNEXUS_MAINTENANCE_SECONDS = float(env("TOOLNEXUS_MAINTENANCE_SECONDS", "10"))
+# How long a task row that ended well is kept (0: removed as it ends).
+TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = int(env("TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS", "0"))
 # How often an idle worker looks for new tasks.
 TOOLNEXUS_WORKER_INTERVAL = float(env("TOOLNEXUS_WORKER_INTERVAL", "0.2"))
 # `serve` (Daphne) closes slow and idle connections: an HTTP response not finished within
@@ -532,3 +574,42 @@ TOOLNEXUS_WS_PING_TIMEOUT = float(env("TOOLNEXUS_WS_PING_TIMEOUT", "30"))
 TOOLNEXUS_MAX_SOCKETS_PER_USER = int(env("TOOLNEXUS_MAX_SOCKETS_PER_USER", "30"))
 # Default expiry for requests that carry no expiresAt (0: never).
 TOOLNEXUS_REQUEST_TTL_SECONDS = int(env("TOOLNEXUS_REQUEST_TTL_SECONDS", "0"))
+
+# -- health and metrics (docs/operations.md, "Health and metrics") ---------------------------
+
+# Each /readyz check's deadline (seconds), and how recent a worker's heartbeat must be
+# (0: no worker check).
+TOOLNEXUS_READY_TIMEOUT = env_float("TOOLNEXUS_READY_TIMEOUT", 3.0, minimum=0.1, maximum=9.0)
+TOOLNEXUS_READY_WORKER_SECONDS = env_int("TOOLNEXUS_READY_WORKER_SECONDS", 60, maximum=86_400)
+# /metrics answers only `Authorization: Bearer <this>`; unset, it answers 404. Multi-process
+# mode: set PROMETHEUS_MULTIPROC_DIR for every server and worker process.
+TOOLNEXUS_METRICS_TOKEN = env("TOOLNEXUS_METRICS_TOKEN")
+TOOLNEXUS_METRICS_DB_TIMEOUT = env_float(
+    "TOOLNEXUS_METRICS_DB_TIMEOUT", 2.0, minimum=0.1, maximum=30.0
+)
+# Probes reach the app over plain HTTP inside a cluster: no redirect to HTTPS for them.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+
+# -- reviewers' notifications (README, "Notifications by email and chat") --------------------
+
+# Off unless set: nobody's preferences are read and nothing is sent.
+TOOLNEXUS_NOTIFICATIONS = env_bool("TOOLNEXUS_NOTIFICATIONS", False)
+# The address people open the app at: the links in messages start with it.
+if env("TOOLNEXUS_PUBLIC_BASE_URL"):
+    TOOLNEXUS_PUBLIC_BASE_URL = env("TOOLNEXUS_PUBLIC_BASE_URL")
+# Email goes through Django's mail backend: SMTP on EMAIL_HOST:EMAIL_PORT by default
+# (DJANGO_EMAIL_BACKEND=django.core.mail.backends.filebased.EmailBackend with
+# DJANGO_EMAIL_FILE_PATH writes files instead).
+EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND") or "django.core.mail.backends.smtp.EmailBackend"
+if env("DJANGO_EMAIL_FILE_PATH"):
+    EMAIL_FILE_PATH = env("DJANGO_EMAIL_FILE_PATH")
+EMAIL_HOST = env("EMAIL_HOST") or "localhost"
+EMAIL_PORT = int(env("EMAIL_PORT") or "25")
+EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL") or "toolnexus@localhost"
+# -- the team dashboard (/reports/) ----------------------------------------------------------
+
+# Seconds a period's figures are kept before the database is read again (0: every view).
+TOOLNEXUS_REPORTS_CACHE_SECONDS = env_int("TOOLNEXUS_REPORTS_CACHE_SECONDS", 60, maximum=86_400)

@@ -3,6 +3,8 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Health probes and Prometheus metrics: /healthz, /readyz, /metrics (no sign-in).
+    path("", include("approvals.ops_urls")),
     # The app's sign-in and sign-out pages; Django's for the rest (password change).
     path("accounts/", include("approvals.auth_urls")),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -34,6 +34,7 @@ from toolnexus.builtins import create_builtin_tools
 from toolnexus.mcp import McpServer
 from toolnexus.relay import relay_tool
 
+from ..conf import app_settings
 from .registry import register
 
 REFUND_SCHEMA = {
@@ -221,10 +222,15 @@ def demo_generate(request: InProcessRequest) -> InProcessResponse:
     last_assistant = max(
         (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1
     )
-    if last_assistant < 0:
+    last = messages[-1] if messages else {}
+    follow_up = (
+        last_assistant >= 0 and last.get("role") == "user" and isinstance(last.get("content"), str)
+    )
+    if last_assistant < 0 or follow_up:
+        # A new request: the prompt, or a follow-up on a finished run (its newest message).
         return InProcessResponse(
             content="Let me take care of that.",
-            tool_calls=_plan(_first_user_text(messages)),
+            tool_calls=_plan(last["content"] if follow_up else _first_user_text(messages)),
             usage={"prompt_tokens": 40, "completion_tokens": 12},
         )
     names = {
@@ -242,7 +248,12 @@ def demo_generate(request: InProcessRequest) -> InProcessResponse:
 def register_demo_agent() -> None:
     register(
         "demo",
-        model=lambda: create_in_process_client(generate=demo_generate, model="demo-in-process"),
+        model=lambda: create_in_process_client(
+            generate=demo_generate,
+            model="demo-in-process",
+            # A streamed reply arrives word by word, as a real model's would.
+            word_delay=float(app_settings.DEMO_WORD_SECONDS or 0),
+        ),
         tools=demo_tools,
         executors={"refund": issue_refund},
         system_prompt=SYSTEM_PROMPT,

@@ -13,6 +13,17 @@ nothing about a model endpoint is stored in the database.
 dicts): the worker connects them for each step of a run and closes them at the step's end,
 so nothing of a connection outlives a step (a run resumes in any worker). They are either
 the same for every run, or picked per run by a callable given the stored run.
+
+`team` makes the agent a team (`toolnexus.agents`): its members are `toolnexus.Agent`s, each
+with its own system prompt and a view of the agent's tools (`tools=[names]`), the first one
+the coordinator a run starts; a member with a `team` of its own delegates to those members
+through the `task` tool. Executors, MCP servers and access rules are the registered agent's,
+whichever member calls the tool:
+
+    agents.register("support", model=..., tools=[relay_tool("refund", ...)],
+                    executors={"refund": do_refund},
+                    team=[Agent("coordinator", system_prompt="...", tools=[], team=["refunds"]),
+                          Agent("refunds", system_prompt="...", tools=["refund"])])
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolnexus import Client, Tool
+from toolnexus.agents import Agent as TeamMember
+from toolnexus.agents import Budget
 from toolnexus.mcp import McpServer, require_mcp, servers_of
 
 __all__ = [
@@ -61,6 +74,15 @@ class Agent:
     allow_typed_output: bool = False
     # The agent's MCP servers (see `mcp_servers_for`): a tuple of McpServers, or a callable.
     mcp_servers: tuple[McpServer, ...] | Callable[[Any], Any] = ()
+    # A team (see the module's docstring): its members, the coordinator first; () for a
+    # single agent. `team_budget` bounds the whole tree of a run.
+    team: tuple[TeamMember, ...] = ()
+    team_budget: Budget | None = None
+
+    @property
+    def coordinator(self) -> str:
+        """The team member a run starts ("" for a single agent)."""
+        return self.team[0].name if self.team else ""
 
     def mcp_servers_for(self, run: Any) -> list[McpServer]:
         """The MCP servers one step of `run` connects. A callable is given the stored run
@@ -157,6 +179,8 @@ def register(
     description: str = "",
     allow_typed_output: bool = False,
     mcp_servers: McpServersArg = None,
+    team: Iterable[TeamMember] | None = None,
+    team_budget: Budget | None = None,
     replace: bool = False,
 ) -> Agent:
     """Register an agent. `mcp_servers`: its MCP servers (McpServers or configuration dicts),
@@ -183,14 +207,45 @@ def register(
         description or "",
         allow_typed_output=bool(allow_typed_output),
         mcp_servers=servers,
+        team=_checked_team(name, team),
+        team_budget=team_budget,
     )
     if not callable(tools):
-        agent.build_tools()  # fail at registration, not at the first run
+        built = agent.build_tools()  # fail at registration, not at the first run
+        _check_team_tools(agent, {t.name for t in built})
     with _lock:
         if name in _registry and not replace:
             raise ValueError(f"an agent named {name!r} is already registered")
         _registry[name] = agent
     return agent
+
+
+def _checked_team(name: str, team: Iterable[TeamMember] | None) -> tuple[TeamMember, ...]:
+    """The members as given, checked: `toolnexus.Agent`s with distinct names whose teams
+    name members (ValueError or TypeError naming the agent)."""
+    members = tuple(team or ())
+    if any(not isinstance(m, TeamMember) for m in members):
+        raise TypeError(f"agent {name!r}: team members must be toolnexus.Agent definitions")
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise ValueError(f"agent {name!r}: two team members share a name ({names})")
+    for member in members:
+        unknown = sorted(set(member.team) - set(names))
+        if unknown:
+            raise ValueError(
+                f"agent {name!r}: team member {member.name!r} delegates to unknown {unknown}"
+            )
+    return members
+
+
+def _check_team_tools(agent: Agent, tool_names: set[str]) -> None:
+    for member in agent.team:
+        missing = sorted(set(member.tools or ()) - tool_names)
+        if missing:
+            raise ValueError(
+                f"agent {agent.name!r}: team member {member.name!r} names tools the agent"
+                f" lacks: {missing}"
+            )
 
 
 def unregister(name: str) -> None:

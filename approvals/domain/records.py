@@ -10,13 +10,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from toolnexus import Answer, Request
 from toolnexus.relay import decline_text, relay_calls_of
 
-from .. import events
+from .. import events, metrics
 from ..conf import app_settings
 from ..models import ApprovalRequest, Event, RequestCall, Run
 from . import statements
@@ -39,8 +40,9 @@ ALLOWED_TRANSITIONS: dict[str, dict[str, set[str]]] = {
         },
         RunStatus.PENDING: {RunStatus.QUEUED, RunStatus.CANCELLED},
         RunStatus.FAILED: {RunStatus.QUEUED, RunStatus.CANCELLED},
-        RunStatus.INCOMPLETE: set(),
-        RunStatus.DONE: set(),
+        # A finished run takes a follow-up (a new user message): it runs again.
+        RunStatus.INCOMPLETE: {RunStatus.QUEUED},
+        RunStatus.DONE: {RunStatus.QUEUED},
         RunStatus.CANCELLED: set(),
     },
     "request": {
@@ -194,10 +196,16 @@ def record_decision(
     reason: str,
     *,
     resume: bool = True,
+    decider: str | None = None,
+    **detail: Any,
 ) -> bool:
     """Write the decision on a locked pending request; with `resume`, put its run back in the
     queue's state if it waits on this request. True when it did: the caller enqueues the run
-    (`row.run_id`) in the same transaction."""
+    (`row.run_id`) in the same transaction. `detail` goes into the decision's audit event (a
+    rule applied to pending requests names itself there, as the worker's rules do).
+
+    `decider` is who decided for the metrics (`metrics.DECIDED_BY`; a decision rule passes
+    "rule"); by default a person when `user` is signed in, else expiry or the system."""
     check_transition("request", row.state, new_state)
     old = row.state
     row.state = new_state
@@ -206,6 +214,7 @@ def record_decision(
     row.decided_by = user if getattr(user, "is_authenticated", False) else None
     row.decided_at = timezone.now()
     row.save(update_fields=["state", "answer", "reason", "decided_by", "decided_at"])
+    count_decision_on_commit(row, decider or _decider(row, new_state))
     run = Run(pk=row.run_id)  # the events' run: its row is written below, not read
     trail: list[Event] = []
     append_event(
@@ -219,6 +228,7 @@ def record_decision(
         reason=reason,
         answer=row.answer,
         model_reads=model_reads(row, answer, reason),
+        **detail,
     )
     # One conditional UPDATE takes the run's row lock and checks it still waits (a failed
     # run keeps its decided request: a retry applies it then).
@@ -236,6 +246,24 @@ def record_decision(
     statements.insert(trail)
     events.announce(run_id=row.run_id, request_pk=row.pk, row=row)
     return resumed
+
+
+def _decider(row: ApprovalRequest, new_state: str) -> str:
+    if row.decided_by is not None:
+        return "person"
+    return "expiry" if new_state == State.EXPIRED else "system"
+
+
+def count_decision_on_commit(row: ApprovalRequest, decider: str) -> None:
+    """Count the decision once it commits: a rolled-back one was never made."""
+    created_at = row.__dict__.get("created_at")  # never a query for a deferred field
+    waited = (row.decided_at - created_at).total_seconds() if created_at else 0.0
+    agent, outcome = row.agent, row.state
+    transaction.on_commit(
+        lambda: metrics.decision_made(
+            agent=agent, outcome=outcome, decided_by=decider, waited_seconds=waited
+        )
+    )
 
 
 def _run_resume(run_id: int) -> bool:

@@ -37,17 +37,28 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections, connection, transaction
 from django_tasks import task
 
-from toolnexus import Answer, RunResult, Tool, ToolContext, ToolResult, create_toolkit, pending_of
+from toolnexus import (
+    HALT,
+    Answer,
+    RunResult,
+    Tool,
+    ToolContext,
+    ToolResult,
+    create_toolkit,
+    pending_of,
+)
+from toolnexus.agents import current_handle
 from toolnexus.dialects import ANTHROPIC, OPENAI
 from toolnexus.mcp import McpServer
 from toolnexus.relay import RelayResult, answer_declined, relay_answer
 
-from .. import agents, events
+from .. import agents, events, metrics
 from ..domain.exceptions import LeaseLost
 from ..domain.jsonvalues import holds_cut
 from ..domain.records import set_run_status
 from ..models import ApprovalRequest, RequestCall, Run, ToolExecution
-from . import clients, elicitations, journal, store, taskrow
+from ..telemetry import logs, tracing
+from . import clients, elicitations, journal, rules, store, streaming, taskrow, teams
 from .identity import current_worker_id
 
 log = logging.getLogger(__name__)
@@ -60,18 +71,27 @@ UNKNOWN_OUTCOME = (
 
 
 @task()
-def execute_run(run_id: int) -> str:
-    """The task: drive a run to its next stop; safe to run again for the same run."""
-    return drive(run_id)
+def execute_run(run_id: int, traceparent: str = "") -> str:
+    """The task: drive a run to its next stop; safe to run again for the same run.
+    `traceparent`: the trace of what queued it (a decision's web request), continued here."""
+    with tracing.continued(traceparent):
+        return drive(run_id)
 
 
-def enqueue(run_id: int) -> None:
+def enqueue(run_id: int, *, request_id: str = "") -> None:
     """Queue the run's execution (call inside the transaction that made it runnable: the task
-    row commits with it, or not at all)."""
-    execute_run.enqueue(run_id)
+    row commits with it, or not at all). With tracing on, the task carries the trace it was
+    queued in (`request_id`: the decided request, for the span)."""
+    traceparent = tracing.enqueue_context(run_id=run_id, request_id=request_id)
+    if traceparent:
+        execute_run.enqueue(run_id, traceparent=traceparent)
+    else:  # the same arguments as ever: tasks queued by another version still match
+        execute_run.enqueue(run_id)
 
 
-def _claim_step(run_id: int) -> tuple[str, tuple[Run, ApprovalRequest | None] | None]:
+def _claim_step(
+    run_id: int, traceparent: str = ""
+) -> tuple[str, tuple[Run, ApprovalRequest | None] | None]:
     """Claim the run for a new execution of this worker: (its holder id, the run and the
     decided request the step starts from, or None when the run is not ours to take)."""
     worker_id = f"{current_worker_id()}:{uuid.uuid4().hex[:12]}"
@@ -98,14 +118,44 @@ def drive(run_id: int) -> str:
     if claimed is None:
         return "skipped"  # already taken, finished or cancelled
     run, request = claimed
+    request_id = request.request_id if request is not None else ""
+    # Every log line of the step names the run, and for a resume the request and who decided
+    # it, by id (their name would cost a query per step).
+    decider_id = request.decided_by_id if request is not None else None
+    with (
+        logs.bound(run_id=run_id, request_id=request_id, user_id=decider_id),
+        tracing.span(
+            "toolnexus.resume" if request is not None else "toolnexus.step",
+            run_id=run_id,
+            request_id=request_id,
+        ) as span,
+    ):
+        if request is None:
+            outcome = _drive_claimed(run_id, worker_id, run, request)
+        else:
+            # A step from a decided request: a resume (counted for the metrics).
+            metrics.resume_started(agent=run.agent)
+            outcome = "failed"
+            try:
+                outcome = _drive_claimed(run_id, worker_id, run, request)
+            finally:
+                metrics.resume_ended(agent=run.agent, outcome=outcome)
+        if span is not None:
+            span.set_attribute("toolnexus.outcome", outcome)
+        log.info("run %s: step ended %s", run_id, outcome)
+        return outcome
+
+
+def _drive_claimed(run_id: int, worker_id: str, run: Run, request: ApprovalRequest | None) -> str:
     step: _Step | None = None
     try:
         agent = agents.require(run.agent)
         answer = _answer_for(run, agent, request) if request is not None else None
         servers = agent.mcp_servers_for(run)  # host code may read the database: not async
         step = _Step(run_id, worker_id, request.pk if request is not None else None)
+        decider = rules.RuleDecider(run, worker_id, lambda call: _run_inline(agent, call, step))
         try:
-            result = async_to_sync(_drive)(run, agent, step, request, answer, servers)
+            result = async_to_sync(_drive)(run, agent, step, request, answer, servers, decider)
         except _StepWriteFailed as failed:
             raise failed.original from None
     except LeaseLost as exc:
@@ -137,6 +187,8 @@ def drive(run_id: int) -> str:
         worker_id=worker_id,
         result=result,
         applied_request_pk=step.applied_pk,
+        team_state=getattr(result, "team_state", None),  # a team run's (teams.py)
+        requirement=decider.requirement_for(result.pending),
     )
     outcome = _settle_safely(run_id, worker_id, write, result.status)
     if outcome == "lease lost" and result.pending is not None:
@@ -162,6 +214,7 @@ class _Step:
     worker_id: str
     applied_pk: int | None  # the decided request to mark applied with the next stored transcript
     unsaved: list[dict[str, Any]] | None = None  # the newest transcript, not stored yet
+    turn_index: int = -1  # where the newest assistant turn sits (a rule-run call's journal key)
 
     def store_unsaved(self) -> None:
         """Store the newest transcript now (before a tool runs)."""
@@ -233,7 +286,10 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
     """The decision as an engine Answer; approved relay calls run their executors first."""
     if request.answer is not None:
         return Answer.from_dict(request.answer)
-    message_index = _halted_message_index(run)
+    # A team run's executors are journaled under the asking agent's handle and transcript.
+    handle, message_index = (
+        teams.halted_position(run) if agent.team else ("", _halted_message_index(run))
+    )
     calls = request.call_list()
     approved = [
         c for c in calls if c.decision in (RequestCall.Decision.APPROVE, RequestCall.Decision.EDIT)
@@ -247,7 +303,7 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
             # (a worker killed before that commit leaves an unknown outcome, as it would
             # have between the executor and its journal entry).
             output, is_error, last_result = _run_executor(
-                run, agent, call, message_index, defer_finish=call is approved[-1]
+                run, agent, call, message_index, defer_finish=call is approved[-1], handle=handle
             )
         else:
             output, is_error = call.output or "", call.is_error
@@ -263,6 +319,16 @@ def _answer_for(run: Run, agent: agents.Agent, request: ApprovalRequest) -> Answ
     else:
         keep()
     return answer
+
+
+def _run_inline(agent: agents.Agent, call: RequestCall, step: _Step) -> tuple[str, bool]:
+    """A relay call a rule approved: its executor runs now, journaled under the turn that
+    called it, the transcript stored first (as before any tool)."""
+    step.store_unsaved()
+    output, is_error, _ = _run_executor(
+        call.request.run, agent, call, step.turn_index, defer_finish=False
+    )
+    return output, is_error
 
 
 def _halted_message_index(run: Run) -> int:
@@ -287,7 +353,13 @@ def _model_input(call: RequestCall) -> dict[str, Any]:
 
 
 def _run_executor(
-    run: Run, agent: agents.Agent, call: RequestCall, message_index: int, *, defer_finish: bool
+    run: Run,
+    agent: agents.Agent,
+    call: RequestCall,
+    message_index: int,
+    *,
+    defer_finish: bool,
+    handle: str = "",
 ) -> tuple[str, bool, dict[str, Any] | None]:
     """Run an approved relay call's executor once (the journal remembers it): its output,
     whether it is an error, and, with `defer_finish`, the journal entry still to finish
@@ -300,6 +372,7 @@ def _run_executor(
         return output, True, None
     earlier = journal.execution_begin(
         run_id=run.pk,
+        handle=handle,
         message_index=message_index,
         call_id=call.call_id,
         tool_name=call.tool_name,
@@ -320,6 +393,7 @@ def _run_executor(
         output, is_error = f"{call.tool_name} failed: {type(exc).__name__}: {exc}", True
     finish = {
         "run_id": run.pk,
+        "handle": handle,
         "message_index": message_index,
         "call_id": call.call_id,
         "output": output,
@@ -386,10 +460,12 @@ def _journaled(tool: Tool, step: _Step, journal_name: str | None = None) -> Tool
         call_id, index = ctx.call_id, ctx.message_index
         if not call_id or index is None:
             return await _invoke(args, ctx)
+        handle = current_handle() or ""  # a team run's agent: its own transcript's keys
         earlier = await _step_write(
             _begin_execution,
             step,
             run_id=step.run_id,
+            handle=handle,
             message_index=index,
             call_id=call_id,
             tool_name=journal_name or tool.name,
@@ -408,6 +484,7 @@ def _journaled(tool: Tool, step: _Step, journal_name: str | None = None) -> Tool
             await _step_write(
                 journal.execution_discard,
                 run_id=step.run_id,
+                handle=handle,
                 message_index=index,
                 call_id=call_id,
             )
@@ -415,6 +492,7 @@ def _journaled(tool: Tool, step: _Step, journal_name: str | None = None) -> Tool
             await _step_write(
                 journal.execution_finish,
                 run_id=step.run_id,
+                handle=handle,
                 message_index=index,
                 call_id=call_id,
                 output=result.output,
@@ -495,22 +573,52 @@ async def _drive(
     request: ApprovalRequest | None,
     answer: Answer | None,
     servers: list[McpServer] | None = None,
+    decider: rules.RuleDecider | None = None,
 ) -> RunResult:
+    reply = streaming.reply_stream_for(run.pk, agent.team)  # the reply, live on its page
+
     async def checkpoint(info: dict[str, Any]) -> None:
         # After each model reply and each turn: the newest transcript, stored before a tool
         # runs or with the step's end (see _Step), never for a reply or turn on its own.
         step.unsaved = list(info["messages"])
+        if "response" in info:  # a model reply: the turn whose calls settle next
+            step.turn_index = len(step.unsaved) - 1
+            if reply is not None:
+                reply.end_turn()
+
+    async def wait_for(pending_request: Any) -> Any:
+        # A rule decides the call inline, or the turn halts on it as without rules.
+        decided = await _step_write(decider.decide, pending_request)
+        return decided if decided is not None else HALT
 
     toolkit = await _open_toolkit(agent, step, servers or [])
     # In a worker, the agent's client (and its connections) is kept for the worker's loop and
     # reused run after run; each run gets its own copy with its system prompt and hooks.
     async with toolkit, clients.client_for_run(agent, run.system_prompt) as client:
+        # A span per model call (with tracing on): the client is this run's own (a copy).
+        client.backend = tracing.traced_model(
+            client.backend,
+            model=client.model,
+            run_id=run.pk,
+            request_id=request.request_id if request is not None else "",
+        )
+        if agent.team:  # its state is stored with the step's outcome only (teams.py)
+            return await teams.drive(run, agent, client, toolkit, request, answer)
         client.hooks = _with_checkpoints(client.hooks, checkpoint)
-        if request is not None and answer is not None:
-            return await client.run_with_answer(toolkit, run.messages, request.to_engine(), answer)
-        if run.messages:
-            return await client.continue_run(toolkit, run.messages)
-        return await client.run(run.prompt, toolkit)
+        if decider is not None:
+            client.wait_for = wait_for
+        client.on_text = reply.add if reply is not None else None
+        try:
+            if request is not None and answer is not None:
+                return await client.run_with_answer(
+                    toolkit, run.messages, request.to_engine(), answer
+                )
+            if run.messages:
+                return await client.continue_run(toolkit, run.messages)
+            return await client.run(run.prompt, toolkit)
+        finally:
+            if reply is not None:
+                reply.close()
 
 
 def _with_checkpoints(hooks: Any, checkpoint: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from toolnexus import Answer, RunResult
@@ -18,7 +19,7 @@ from ..conf import app_settings
 from ..domain import statements
 from ..domain.exceptions import LeaseLost
 from ..domain.records import append_event, create_request, set_run_status
-from ..models import ApprovalRequest, Event, RequestCall, Run
+from ..models import ApprovalRequest, Event, RequestCall, RequestRequirement, Rule, Run
 from . import taskrow
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,12 @@ def run_store_result(
     worker_id: str,
     result: RunResult,
     applied_request_pk: int | None = None,
+    team_state: dict[str, Any] | None = None,
+    requirement: Any = None,
 ) -> Run:
     """Store what an execution ended with: done, incomplete, or halted on a new request.
+    `team_state`: a team run's new runtime state (execution.teams), written with it;
+    `requirement`: the require_* rule the halt's request carries (execution.rules).
 
     `run` is the run as this worker claimed it. While a worker holds a run (status running,
     its holder id, new at each claim), only that worker writes its transcript, text and
@@ -220,9 +225,13 @@ def run_store_result(
         run.updated_at = timezone.now()
         if status != RunStatus.PENDING:
             run.finished_at = run.updated_at
+        team = {}
+        if team_state is not None:
+            run.team_state = team["team_state"] = team_state
         _update_own_run(
             run.pk,
             worker_id,
+            **team,
             **{f: getattr(run, f) for f in _RESULT_WRITE},
             # What set_run_status below writes in memory, once the request it names exists.
             status=status,
@@ -235,6 +244,8 @@ def run_store_result(
             trail: list[Event] = []
             row = new_request = create_request(run, result.pending)
             request_pk = row.pk
+            if requirement is not None:
+                record_requirement(row, requirement)
             set_run_status(
                 run,
                 status,
@@ -363,3 +374,29 @@ def request_store_answer(*, request_pk: int, answer: Answer) -> None:
 
 def request_call_store_output(*, call_pk: int, output: str, is_error: bool) -> None:
     statements.update(RequestCall, {"pk": call_pk}, {"output": output, "is_error": is_error})
+
+
+def record_requirement(row: ApprovalRequest, rule: Rule) -> RequestRequirement:
+    """The rule's requirements, copied onto the new pending request (in the halt's
+    transaction), with when it escalates."""
+    after = rule.escalate_after_minutes if rule.escalate_action else None
+    requirement = RequestRequirement(
+        request=row,
+        rule=rule,
+        rule_version=rule.version,
+        approvals_needed=max(1, rule.approvals_needed),
+        approver_group_id=rule.approver_group_id,
+        starter_may_not_approve=rule.starter_may_not_approve,
+        escalate_at=timezone.now() + timedelta(minutes=after) if after else None,
+        escalate_action=rule.escalate_action if after else "",
+        escalate_group_id=rule.escalate_group_id,
+        escalate_user_id=rule.escalate_user_id,
+        escalate_reason=rule.escalate_reason,
+    )
+    statements.insert([requirement])
+    statements.update(ApprovalRequest, {"pk": row.pk}, {"has_requirement": True})
+    row.has_requirement = True
+    Rule.objects.filter(pk=rule.pk).update(
+        match_count=F("match_count") + 1, last_matched_at=timezone.now()
+    )
+    return requirement

@@ -5,8 +5,14 @@ The stock django-tasks-db worker marks a task row successful in a transaction of
 once the task returns. A step's outcome is stored in a transaction anyway, so that
 transaction finishes the row too: one commit fewer per step, and the run and its task row
 never disagree (a worker killed between the two commits used to leave the row "running").
-The stock finish then finds the row already finished and writes nothing. Any other ending
-(a failure, a requeue, a lost lease, a rolled-back outcome) keeps the stock finish.
+The stock finish then finds the row already finished and writes nothing.
+
+By default the outcome's transaction removes the row rather than marking it: the run's own
+record (its status, its events) says how the step ended, and finished rows left in the table
+are what django-tasks-db's claim query walks to find a ready one, more with every resume
+until a vacuum (bench/queue_aging.py). TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS keeps them,
+marked, for that long instead. Any other ending (a failure, a skip, a requeue, a lost lease,
+a rolled-back outcome) keeps the stock finish: the worker's maintenance prunes those rows.
 
 The other end works the same way: a task may start its work in the transaction that claims
 its row (`claim_with_task`): the runner claims the run there, so a step starts with one
@@ -28,6 +34,7 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 
+from ..conf import app_settings
 from ..domain import statements
 
 if TYPE_CHECKING:
@@ -140,12 +147,24 @@ def running(row: DBTaskResult) -> Iterator[None]:
     stock_finish = row.set_successful
     finished: dict[str, Any] = {}
 
+    def caught_up(return_value: Any, at: Any) -> None:
+        # Only the instance: the stock worker's task_finished signal reads it.
+        row.status = TaskResultStatus.SUCCESSFUL
+        row.finished_at = at
+        row.return_value = return_value
+
     def set_successful(return_value: Any) -> None:
-        if finished.get("return_value", _UNSET) == return_value:
-            # The outcome's transaction wrote exactly this: only the instance catches up.
-            row.status = TaskResultStatus.SUCCESSFUL
-            row.finished_at = finished["at"]
-            row.return_value = return_value
+        if finished.get("removed") or finished.get("return_value", _UNSET) == return_value:
+            # The outcome's commit removed the row, or wrote exactly this.
+            caught_up(return_value, finished["at"])
+            return
+        if (
+            not app_settings.KEEP_FINISHED_TASKS_SECONDS
+            and not _task_model().objects.filter(pk=row.pk).exists()
+        ):
+            # Removed by an outcome whose commit hooks have not run (inside a test's atomic
+            # block): nothing left to mark.
+            caught_up(return_value, timezone.now())
             return
         stock_finish(return_value)
 
@@ -162,33 +181,40 @@ def running(row: DBTaskResult) -> Iterator[None]:
 
 
 def finish_with_outcome(*, run_id: int, return_value: Any) -> None:
-    """Inside the outcome's transaction: mark the running task row of this run successful
-    with the value the task will return (nothing when no worker task is driving the run, as
-    in a direct call of the runner)."""
+    """Inside the outcome's transaction: remove (or, kept, mark successful) the running task
+    row of this run, which ends with `return_value` (nothing when no worker task is driving
+    the run, as in a direct call of the runner)."""
     current = getattr(_current, "task", None)
     if current is None:
         return
     row, finished = current
     stored = row.args_kwargs or {}
-    if (stored.get("args") or [], stored.get("kwargs") or {}) not in (
+    kwargs = dict(stored.get("kwargs") or {})
+    kwargs.pop("traceparent", None)  # the trace it continues (telemetry.tracing), not the run
+    if (stored.get("args") or [], kwargs) not in (
         ([run_id], {}),
         ([], {"run_id": run_id}),
     ):
         return
     at = timezone.now()
-    statements.update(
-        _task_model(),
-        {"pk": row.pk, "status": TaskResultStatus.RUNNING},
-        {
-            "status": TaskResultStatus.SUCCESSFUL,
-            "finished_at": at,
-            "return_value": return_value,
-            "exception_class_path": "",
-            "traceback": "",
-        },
-    )
+    where = {"pk": row.pk, "status": TaskResultStatus.RUNNING}
+    if app_settings.KEEP_FINISHED_TASKS_SECONDS:
+        statements.update(
+            _task_model(),
+            where,
+            {
+                "status": TaskResultStatus.SUCCESSFUL,
+                "finished_at": at,
+                "return_value": return_value,
+                "exception_class_path": "",
+                "traceback": "",
+            },
+        )
+    else:
+        _task_model().objects.filter(**where).delete()
+    removed = not app_settings.KEEP_FINISHED_TASKS_SECONDS
 
     def committed() -> None:
-        finished.update(return_value=return_value, at=at)
+        finished.update(return_value=return_value, at=at, removed=removed)
 
     transaction.on_commit(committed)

@@ -45,6 +45,7 @@ from django.utils.crypto import get_random_string
 from django_tasks_db.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
     DEFAULT_TASK_QUEUE_NAME,
+    TaskResultStatus,
     task_enqueued,
 )
 from django_tasks_db.management.commands.db_worker import Worker as StockWorker
@@ -52,7 +53,7 @@ from django_tasks_db.models import DBTaskResult
 
 from .. import events
 from ..conf import app_settings
-from . import clients, recovery, store, taskrow
+from . import clients, escalation, heartbeats, notifications, recovery, store, taskrow, webhooks
 from .identity import lease_owner, set_current_worker_id
 
 log = logging.getLogger(__name__)
@@ -377,10 +378,13 @@ class Worker(StockWorker):
     def heartbeat(self, until: threading.Event | None = None) -> None:
         """Keep the leases of the runs this worker holds fresh, however long a step takes,
         until `until` (default: the worker's stop) is set; when the worker dies the leases
-        lapse and another worker takes the runs over."""
+        lapse and another worker takes the runs over. Each beat also records that the worker
+        is alive (`WorkerHeartbeat`: /readyz and the admin read it)."""
         lease = app_settings.RUN_LEASE_SECONDS
         prefix = f"{lease_owner(self.worker_id)}:"
         stop = until or self.stop
+        started_at = timezone.now()
+        self._beat(started_at)
         while not stop.wait(max(1.0, lease / 3)):
             try:
                 store.runs_renew_leases(worker_prefix=prefix)
@@ -388,20 +392,45 @@ class Worker(StockWorker):
                 log.exception("worker %s could not renew its leases", self.worker_id)
             finally:
                 close_old_connections()
+            self._beat(started_at)
+        try:
+            heartbeats.worker_stopped(worker_id=self.worker_id[:64])
+        except Exception:
+            log.warning("worker %s could not record that it stopped", self.worker_id)
         connections.close_all()
+
+    def _beat(self, started_at) -> None:
+        try:
+            heartbeats.worker_beat(worker_id=self.worker_id[:64], started_at=started_at)
+        except Exception as exc:  # the database is down: the leases' own errors say so
+            log.warning("worker %s could not record its heartbeat: %s", self.worker_id, exc)
+        finally:
+            close_old_connections()
 
     def maintenance(self) -> None:
         expired = recovery.requests_expire_overdue()
+        escalated = escalation.requests_escalate_due()
         recovered = recovery.runs_recover_stale()
-        day_ago = timezone.now() - timedelta(days=1)
-        pruned, _ = DBTaskResult.objects.finished().filter(finished_at__lt=day_ago).delete()
+        now = timezone.now()
+        day_ago = now - timedelta(days=1)
+        # Rows that ended well and were kept (KEEP_FINISHED_TASKS_SECONDS, or a skip or a
+        # requeue, which have no outcome to remove them with), and failures after a day.
+        kept_until = now - timedelta(seconds=app_settings.KEEP_FINISHED_TASKS_SECONDS)
+        pruned, _ = DBTaskResult.objects.filter(
+            status=TaskResultStatus.SUCCESSFUL, finished_at__lt=kept_until
+        ).delete()
+        failed, _ = DBTaskResult.objects.finished().filter(finished_at__lt=day_ago).delete()
+        pruned += failed
         # A task whose worker was killed stays "running" forever; its run was taken over
         # long before (leases last seconds), so after a day the row is only clutter.
         DBTaskResult.objects.running().filter(started_at__lt=day_ago).delete()
-        if expired or recovered:
+        heartbeats.heartbeats_prune()
+        if expired or recovered or escalated:
             log.info(
-                "maintenance: %s request(s) expired, %s run(s) recovered, %s task row(s) pruned",
+                "maintenance: %s request(s) expired, %s escalated, %s run(s) recovered,"
+                " %s task row(s) pruned",
                 expired,
+                escalated,
                 recovered,
                 pruned,
             )
@@ -417,6 +446,33 @@ class Worker(StockWorker):
                 self._maintain(now)
             except Exception:
                 log.exception("worker maintenance failed")
+
+
+class DeliveryWorker(Worker):
+    """The webhooks' worker: runs the "webhooks" queue only (a slow endpoint never holds a
+    run's resume back) and, every TOOLNEXUS_WEBHOOK_DISPATCH_SECONDS, turns new host events
+    into deliveries (`webhooks.dispatch`). `serve` and `db_worker` start one beside the run
+    worker."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("maintenance_every", app_settings.WEBHOOK_DISPATCH_SECONDS)
+        kwargs["queue_names"] = kwargs.get("queue_names") or [webhooks.WEBHOOK_QUEUE]
+        super().__init__(**kwargs)
+
+    def _start_helpers(self) -> list[threading.Thread]:
+        return []  # it holds no run leases; polling its short interval is its wake-up
+
+    def maintenance(self) -> None:
+        made = webhooks.dispatch()
+        stuck = webhooks.requeue_stuck()
+        if made or stuck:
+            log.debug("webhooks: %s delivery(ies) made, %s re-queued", made, stuck)
+        # Reviewers' notifications share the worker (off unless TOOLNEXUS_NOTIFICATIONS).
+        items, messages, requeued = notifications.maintain()
+        if items or messages or requeued:
+            log.debug(
+                "notifications: %s item(s), %s message(s), %s re-queued", items, messages, requeued
+            )
 
 
 # -- the worker inside `manage.py serve` ---------------------------------------------------------

@@ -33,6 +33,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.core.cache import cache
 
+from .. import metrics
 from ..conf import app_settings
 from ..models import ApprovalRequest, Run
 from ..permissions import agent_rights
@@ -64,6 +65,9 @@ def session_tag(session_key: str | None) -> str:
 
 class _Base(AsyncWebsocketConsumer):
     permission = ""
+    can_allow_always = False  # set with the viewer's permissions (_permissions)
+    live_page = ""  # its name in the live sockets gauge (metrics.LIVE_PAGES)
+    metered = False  # counted in the gauge: this socket was accepted to follow its page
     # What the page follows does not exist (yet): its page is told so and the socket closes
     # without joining any group, since access could not be checked against it.
     missing = False
@@ -110,6 +114,8 @@ class _Base(AsyncWebsocketConsumer):
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        self.metered = True
+        metrics.socket_opened(page=self.live_page)
         # Off the thread-sensitive thread (see rendering.FragmentCache): a page's snapshot
         # must not hold up the messages of every other page of the process.
         await self.push(await database_sync_to_async(self.snapshot, thread_sensitive=False)(user))
@@ -130,9 +136,14 @@ class _Base(AsyncWebsocketConsumer):
         """(may decide at all, may see this page), and the viewer's per-agent rights
         (`self.rights`: one query, which also fills the permission cache)."""
         self.rights = agent_rights(user, fresh=True)
+        # Cards pushed to this page offer "always allow" to people who may make rules.
+        self.can_allow_always = user.has_perm("approvals.manage_rules")
         return user.has_perm("approvals.decide_request"), user.has_perm(self.permission)
 
     async def disconnect(self, code: int) -> None:
+        if self.metered:
+            self.metered = False
+            metrics.socket_closed(page=self.live_page)
         if getattr(self, "counted", False):
             self.counted = False
             with contextlib.suppress(ValueError):  # the count lapsed meanwhile
@@ -172,6 +183,12 @@ class _Base(AsyncWebsocketConsumer):
                 await self._end(SIGNED_OUT)
             return
         await self._recheck()
+
+    async def approvals_toast(self, event: dict) -> None:
+        """A note for this user (an escalation naming them): a toast, on every live page."""
+        if self.ended:
+            return
+        await self.push(rendering.toast_html(event.get("text") or "", event.get("about") or ""))
 
     async def approvals_resync(self, event: dict) -> None:
         """The live layer dropped messages (it was down) and works again since `age` seconds:
@@ -282,6 +299,7 @@ class InboxConsumer(_Base):
     toasts follow, and presence works both ways; no list, no counts."""
 
     permission = "approvals.view_approvalrequest"
+    live_page = "inbox"
 
     def live_groups(self) -> list[str]:
         return [INBOX_GROUP]
@@ -310,6 +328,7 @@ class InboxConsumer(_Base):
         return params
 
     def _list_snapshot(self) -> str:
+        self._check_hides()
         return rendering.request_list(self.scope["user"], self.params, self.page)
 
     async def catch_up(self) -> None:
@@ -331,11 +350,16 @@ class InboxConsumer(_Base):
     def snapshot(self, user) -> str:
         """The list, and the selected request's card (the page keeps a card in use)."""
         self.username = user.get_username()
-        html = "" if self.single else rendering.request_list(user, self.params, self.page)
+        html = "" if self.single else self._list_snapshot()
         row = rendering.visible_row(self.wanted, self.rights) if self.wanted else None
         if row is not None:
             decide = self.rights.can_decide(row.agent, started_by_id=row.run.started_by_id)
-            html += rendering.card_html(row, can_decide=decide and row.state == "pending", oob=True)
+            html += rendering.card_html(
+                row,
+                can_decide=decide and row.state == "pending",
+                oob=True,
+                can_allow_always=self.can_allow_always,
+            )
         return html
 
     # -- which rows this page shows ----------------------------------------------------------
@@ -363,7 +387,8 @@ class InboxConsumer(_Base):
     async def _lists_now(self, event: dict) -> bool:
         if not self._lists(event):
             return False
-        if self.query.q or self.query.hidden:
+        # Routed to this viewer: the request's escalation and their groups, in the database.
+        if self.query.q or self.query.hidden or self.query.claim == "routed":
             hidden = frozenset() if self.rights.superuser else self.rights.hidden
             return await database_sync_to_async(rendering.matches_query, thread_sensitive=False)(
                 event["request_pk"], self.user_id, self.params, hidden
@@ -402,6 +427,22 @@ class InboxConsumer(_Base):
         )
         await self._push_count(event)
 
+    async def approvals_bulk(self, event: dict) -> None:
+        """A bulk decision, said once: "reviewer declined 3 requests" ("You ..." on the
+        decider's pages; the deciding tab shows its own result instead, inbox-keys.js),
+        counting the requests whose agent this viewer may see."""
+        if self.single or not await self.still_allowed():
+            return
+        pks = [pk for pk, agent in event["requests"] if self.rights.can_view(agent)]
+        if not pks:
+            return
+        own = event["decided_by"] == self.user_id
+        who = "You" if own else event["decider"]
+        text = f"{who} {event['verb']} {len(pks)} request{'' if len(pks) == 1 else 's'}"
+        about = " ".join(f"request-{pk}" for pk in pks)
+        toast = {"text": text, "level": "success" if own else "", "bulk": about}
+        await self.push(rendering.inbox_update(toast=toast))
+
     async def _viewed_card(self, event: dict) -> str:
         """The card of the changed request when this page shows it ("" otherwise)."""
         if event["created"] or event["request_pk"] != self.viewing_pk:
@@ -413,6 +454,7 @@ class InboxConsumer(_Base):
                 event["agent"], started_by_id=event.get("started_by_id")
             ),
             oob=True,
+            can_allow_always=self.can_allow_always,
         )
 
     async def _push_viewed_card(self, event: dict) -> None:
@@ -464,18 +506,29 @@ class InboxConsumer(_Base):
                 )(self.scope["user"], params)
                 if self.ended or self.params != params:
                     continue  # the page changed its filters meanwhile: its new list has chips
-                await self.push(rendering.chip_counts_html(counts["chips"]))
+                await self.push(rendering.chip_counts_html(counts["chips"], counts["menus"]))
         except Exception:  # nothing escapes the task: the chips heal at the next change
             log.exception("counting the inbox chips for a live page failed")
 
     def _plain(self) -> bool:
-        """A list of every pending request (any sort): its count is the pending count."""
-        return self.query.as_params().keys() <= {"sort"}
+        """A list of every pending request (any sort) of a viewer who hides none: its count
+        is the pending count. One who snoozed or ignored some is counted for themselves, so
+        that the count, the title and "all N matching" leave those out, as the list does."""
+        return self.query.as_params().keys() <= {"sort"} and not self.viewer_hides
+
+    viewer_hides = False  # whether the viewer snoozed or ignored a request (`_check_hides`)
+
+    def _check_hides(self) -> None:
+        """Read it again: at each list snapshot, and when the page says it hid or showed a
+        request (a `{"hides": true}` frame) or a snooze of theirs ended (it redraws its list)."""
+        self.viewer_hides = rendering.viewer_hides(self.user_id)
 
     def _toast(self, event: dict) -> dict:
         if event["state"] == "pending":
             # a new request; a claim or a release says nothing (the row and claim bar do)
             return {"text": event["toast"]} if event["toast"] else {}
+        if event.get("bulk") and not self.single:
+            return {}  # a list hears a bulk decision once, as a whole (approvals_bulk)
         # A decision: its decider's own pages confirm it as theirs ("You declined: ..."),
         # everybody else's say who decided. `about` lets a page tell which card the news is
         # about (the deciding tab keeps its own answer's toast, not this one).
@@ -500,6 +553,8 @@ class InboxConsumer(_Base):
             return
         if not isinstance(frame, dict):
             return
+        if frame.get("hides") is True and not self.ended and not self.single:
+            await database_sync_to_async(self._check_hides, thread_sensitive=False)()
         filters = frame.get("filters")
         if isinstance(filters, str) and not self.ended and not self.single:
             # The page changed its filters, search, sort or page without reloading (or got
@@ -603,6 +658,7 @@ class InboxConsumer(_Base):
 
 class RunConsumer(_Base):
     permission = "approvals.view_run"
+    live_page = "run"
     next_change: str | None = None  # the newest change not yet rendered
     body_stale = False  # whether a change since the last rendering touched more than the status
 
@@ -677,6 +733,13 @@ class RunConsumer(_Base):
                 self.body_stale = self.body_stale or whole  # the next change renders it all
                 continue
             await self.push(html)
+
+    async def approvals_reply(self, event: dict) -> None:
+        """The model's reply so far, while the run works: the page's "replying…" entry
+        (replaced by the stored transcript when the turn's outcome is rendered)."""
+        if not await self.still_allowed():
+            return
+        await self.push(rendering.live_reply(event["text"], done=bool(event.get("done"))))
 
     async def disconnect(self, code: int) -> None:
         sending = getattr(self, "sending", None)

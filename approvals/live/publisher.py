@@ -61,7 +61,12 @@ def claim_holder_id(row: ApprovalRequest, now: Any = None) -> Any:
 
 
 def request_message(
-    row: ApprovalRequest, *, created: bool, change: str, started_by_id: Any = None
+    row: ApprovalRequest,
+    *,
+    created: bool,
+    change: str,
+    started_by_id: Any = None,
+    bulk: str | None = None,
 ) -> dict[str, Any]:
     """What every inbox needs to know about a changed request (no query: the row's decider
     is loaded or already in memory; `started_by_id`: the run's starter, for a pending one)."""
@@ -92,6 +97,24 @@ def request_message(
         # else reads who decided.
         "decided_by": row.decided_by_id if decided else None,
         "own_toast": own_toast(row, tool_names) if decided else "",
+        # Decided as part of a bulk decision (its id): inboxes say that once, as a whole
+        # (`bulk_message`), not this request's toast.
+        "bulk": bulk,
+    }
+
+
+def bulk_message(
+    *, bulk: str, user_id: Any, username: str, verb: str, requests: list[tuple[int, str]]
+) -> dict[str, Any]:
+    """A bulk decision as a whole: who, what, and each request's pk and agent (a viewer
+    hears of those whose agent they may see)."""
+    return {
+        "type": "approvals.bulk",
+        "bulk": bulk,
+        "decided_by": user_id,
+        "decider": username,
+        "verb": verb,
+        "requests": [[pk, agent] for pk, agent in requests],
     }
 
 
@@ -108,6 +131,7 @@ def messages_for(
     created: bool,
     row: ApprovalRequest | None,
     status_only: bool = False,
+    bulk: str | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """`row`: the request as the write left it in memory (its decider and, for a pending
     one, its run at hand), or None to read it."""
@@ -120,7 +144,9 @@ def messages_for(
             starter = None
             if row.state == ApprovalRequest.State.PENDING:
                 starter = _starter_of(row)
-            message = request_message(row, created=created, change=change, started_by_id=starter)
+            message = request_message(
+                row, created=created, change=change, started_by_id=starter, bulk=bulk
+            )
             out.append((INBOX_GROUP, message))
     out.append((run_group(run_id), run_message(run_id, change=change, status_only=status_only)))
     return out
@@ -405,16 +431,56 @@ def _on_change(
     created: bool,
     row: Any,
     status_only: bool = False,
+    bulk: str | None = None,
     **signal: Any,
 ) -> None:
     try:
         messages = messages_for(
-            run_id=run_id, request_pk=request_pk, created=created, row=row, status_only=status_only
+            run_id=run_id,
+            request_pk=request_pk,
+            created=created,
+            row=row,
+            status_only=status_only,
+            bulk=bulk,
         )
         send(messages)
     except Exception:
         log.exception("live push for run %s (request %s) failed", run_id, request_pk)
 
 
+def reply_message(run_id: int, *, text: str, done: bool) -> dict[str, Any]:
+    """A run's model reply so far (execution.streaming), for its pages only."""
+    return {"type": "approvals.reply", "run_id": run_id, "text": text, "done": done}
+
+
+def _on_reply(sender, *, run_id: int, text: str, done: bool, **signal: Any) -> None:
+    # Only the run's own group: its sockets joined it after their viewer's access to this
+    # run was checked (consumers.RunConsumer), and check it again before each push.
+    try:
+        send([(run_group(run_id), reply_message(run_id, text=text, done=done))])
+    except Exception:
+        log.exception("live push of run %s's reply failed", run_id)
+
+
+def _on_notified(sender, *, user_ids: list[int], text: str, about: str = "", **signal: Any):
+    """A toast on every live page of these people (an escalation's notice)."""
+    message = {"type": "approvals.toast", "text": text, "about": about}
+    try:
+        send([(user_group(user_id), message) for user_id in user_ids])
+    except Exception:
+        log.exception("a toast for %s user(s) failed", len(user_ids))
+
+
+def _on_bulk(sender, **decision: Any) -> None:
+    try:
+        fields = ("bulk", "user_id", "username", "verb", "requests")
+        send([(INBOX_GROUP, bulk_message(**{k: decision[k] for k in fields}))])
+    except Exception:
+        log.exception("live push of bulk decision %s failed", decision.get("bulk"))
+
+
 events.changed.connect(_on_change, dispatch_uid="approvals.live.publisher")
+events.replied.connect(_on_reply, dispatch_uid="approvals.live.publisher.reply")
+events.notified.connect(_on_notified, dispatch_uid="approvals.live.publisher.notified")
+events.bulk_decided.connect(_on_bulk, dispatch_uid="approvals.live.publisher")
 events.settling.connect(_on_settling, dispatch_uid="approvals.live.publisher")

@@ -27,7 +27,7 @@ from django.utils.safestring import mark_safe
 from .. import selectors
 from ..models import ApprovalRequest, Run
 from ..presenters.cards import request_card, request_row
-from ..presenters.pages import counts_context, list_context, run_context_for
+from ..presenters.pages import bulk_all_label, list_context, page_counts, run_context_for
 
 # The CSRF tag renders nothing for this value (and warns about nothing): see the docstring.
 NO_REQUEST = {"csrf_token": "NOTPROVIDED"}
@@ -93,11 +93,13 @@ def visible_row(request_id: str, rights) -> ApprovalRequest | None:
     return row if row is not None and rights.can_view(row.agent) else None
 
 
-def card_html(row: ApprovalRequest, *, can_decide: bool, oob: bool = False) -> str:
+def card_html(
+    row: ApprovalRequest, *, can_decide: bool, oob: bool = False, can_allow_always: bool = False
+) -> str:
     return render_to_string(
         "approvals/inbox.html#request-card",
         {
-            "card": request_card(row, can_decide=can_decide),
+            "card": request_card(row, can_decide=can_decide, can_allow_always=can_allow_always),
             "card_oob": oob,
             "next_url": "/",
             **NO_REQUEST,
@@ -105,20 +107,26 @@ def card_html(row: ApprovalRequest, *, can_decide: bool, oob: bool = False) -> s
     )
 
 
-def changed_card(request_pk: int, *, can_decide: bool, oob: bool) -> str:
+def changed_card(
+    request_pk: int, *, can_decide: bool, oob: bool, can_allow_always: bool = False
+) -> str:
     """A changed request's card as it is now ("" when the request is gone). A decided card
     has no decision forms: deciders and watchers get the same one."""
     row = _request_row(request_pk)
     if row is None:
         return ""
     decide = can_decide and row.state == ApprovalRequest.State.PENDING
-    return card_html(row, can_decide=decide, oob=oob)
+    return card_html(row, can_decide=decide, oob=oob, can_allow_always=can_allow_always)
 
 
-async def card_for_change(request_pk: int, *, change: str, can_decide: bool, oob: bool) -> str:
-    key = f"card:{request_pk}:{change}:{can_decide:d}{oob:d}"
+async def card_for_change(
+    request_pk: int, *, change: str, can_decide: bool, oob: bool, can_allow_always: bool = False
+) -> str:
+    allow = can_decide and can_allow_always
+    key = f"card:{request_pk}:{change}:{can_decide:d}{oob:d}{allow:d}"
     return await FRAGMENTS.get(
-        key, lambda: changed_card(request_pk, can_decide=can_decide, oob=oob)
+        key,
+        lambda: changed_card(request_pk, can_decide=can_decide, oob=oob, can_allow_always=allow),
     )
 
 
@@ -176,6 +184,11 @@ async def run_head_for_change(run_id: int, *, change: str, can_decide: bool) -> 
     return await FRAGMENTS.get(key, lambda: run_head(run_id, can_decide=can_decide))
 
 
+def live_reply(text: str, *, done: bool) -> str:
+    """The run page's entry of the model's reply as it is generated (no query)."""
+    return render_to_string("approvals/run_detail.html#live-reply", {"text": text, "done": done})
+
+
 def request_list(user, params: dict[str, str], page: int | str | None) -> str:
     """The inbox's list for one viewer, out of band (a page's snapshot on (re)connect), with
     its chips (their counts) and the selected request's card when `params` names one."""
@@ -184,6 +197,11 @@ def request_list(user, params: dict[str, str], page: int | str | None) -> str:
         "approvals/inbox.html#list-update",
         {**context, "user": user, "list_oob": True, **NO_REQUEST},
     )
+
+
+def viewer_hides(user_id) -> bool:
+    """Whether the viewer snoozed (until later than now) or ignored any request."""
+    return selectors.has_hides(user_id=user_id)
 
 
 def pending_count(hidden: frozenset[str] = frozenset()) -> int:
@@ -197,9 +215,10 @@ async def count_for_change(*, change: str, hidden: frozenset[str] = frozenset())
 
 
 def list_counts(user, params: dict[str, str]) -> dict:
-    """A viewer's counts now (two queries, capped; `counts_context`): the list's (`count`),
-    the title's (`pending`), and the chips' (`chips`, their counts labelled)."""
-    return counts_context(user, params)
+    """A viewer's counts now (two queries, capped; `pages.page_counts` without the next
+    lapse): the list's (`count`) with "all N matching", the title's (`pending`), the chips'
+    (`chips`, their counts labelled) and the menus' (`menus`)."""
+    return page_counts(user, params, lapse=False)
 
 
 def pending_count_html(count: int, pending: int | None = None, state: str = "pending") -> str:
@@ -218,22 +237,25 @@ def _pending_count_html(count: int, pending: int | None, state: str, cap: int) -
             "pending": count if pending is None else pending,
             "filters": {"state": state},
             "count_oob": True,
+            "bulk_all_label": bulk_all_label(count),
         },
     )
 
 
-def chip_counts_html(chips: list[dict]) -> str:
+def chip_counts_html(chips: list[dict], menus: dict | None = None) -> str:
     """The chips' counts, out of band: only the counts, the chips' links stay (and keep the
-    keyboard's focus)."""
-    return render_to_string("approvals/inbox.html#chip-counts", {"chips": chips})
+    keyboard's focus); with `menus`, the filter menus' counts too (each option's text)."""
+    html = render_to_string("approvals/inbox.html#chip-counts", {"chips": chips})
+    if menus:
+        html += render_to_string("approvals/inbox.html#menu-counts", {"menus": menus})
+    return html
 
 
 def counts_html(counts: dict) -> str:
-    """A filtered list's counts in one frame (`list_counts`): the list's, the title's and
-    the chips'."""
-    return pending_count_html(
-        counts["count"], counts["pending"], counts["query"].state
-    ) + chip_counts_html(counts["chips"])
+    """A filtered list's counts in one frame (`list_counts`): every count its page shows
+    (`counts-update`: the list's with "all N matching", the title's, the chips', the
+    menus')."""
+    return render_to_string("approvals/inbox.html#counts-update", counts)
 
 
 def row_html(request_pk: int, *, filter_query: str, oob: bool) -> str:
@@ -287,3 +309,9 @@ def presence_html(request_pk: int, names: list[str]) -> str:
     return render_to_string(
         "approvals/_live.html#presence", {"request_pk": request_pk, "names": names}
     )
+
+
+def toast_html(text: str, about: str = "") -> str:
+    """A toast on its own (an escalation's notice to the people it names)."""
+    toast = {"text": text, "level": "warning", "role": "alert", "about": about}
+    return render_to_string("approvals/_live.html#toast", {"toast": toast})

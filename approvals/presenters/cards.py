@@ -15,7 +15,9 @@ from .. import agents, selectors
 from ..domain.arguments import diff
 from ..domain.jsonvalues import strict_json_loads
 from ..models import ApprovalRequest, RequestCall
+from ..services.rules import ALWAYS_ALLOW_SCOPES
 from .fields import SchemaField, fields_for
+from .rules import decided_by_rule_text
 
 State = ApprovalRequest.State
 Decision = RequestCall.Decision
@@ -60,6 +62,9 @@ class Outcome:
 
 
 def _actor(row: ApprovalRequest) -> str:
+    if row.rule_version is not None:  # decided by a rule, inline, not by a person
+        rule = row.decided_by_rule if row.decided_by_rule_id else None
+        return decided_by_rule_text(rule, row.rule_version)
     return row.decided_by.get_username() if row.decided_by_id and row.decided_by else "the system"
 
 
@@ -203,6 +208,18 @@ class QuestionCard:
     text: str
     header: str
     options: list[str]
+    # A typed answer besides the options ("Other"): unless the question says `custom: false`
+    # (the question builtin's field, as OpenCode's); a question without options is typed.
+    allows_other: bool = True
+
+    @property
+    def html_name(self) -> str:
+        return f"q.{self.index}"
+
+    @property
+    def other_name(self) -> str:
+        """The typed answer's field beside the options (its radio posts an empty choice)."""
+        return f"q.{self.index}.other"
 
 
 @dataclass
@@ -219,6 +236,14 @@ class RequestCard:
     # What a reviewer typed into a decision that arrived too late (someone decided first):
     # (label, text) pairs the card shows to copy, so nothing typed is lost.
     unsent: list[tuple[str, str]] = field(default_factory=list)
+    # What a rule requires of its deciders and how far its approvals got (None: no rule).
+    requirement: selectors.RequirementView | None = None
+    # The answer to a decision that came too late (someone decided first): its notice says
+    # who decided, when, and why, so the card's footer does not say it again.
+    late: bool = False
+    # The viewer may make "always allow" rules from it (a live card has no request: its
+    # renderer says so, per variant).
+    can_allow_always: bool = False
 
     @property
     def title(self) -> str:
@@ -287,6 +312,11 @@ class RequestCard:
         return selectors.active_claim(self.row)
 
     @property
+    def always_allow_scopes(self) -> list[tuple[str, str]]:
+        """The scopes of "always allow" (its menu beside Approve)."""
+        return list(ALWAYS_ALLOW_SCOPES.items())
+
+    @property
     def needs_confirmation(self) -> bool:
         """Approving runs something the prompt says cannot be undone: confirm it first."""
         return self.row.kind == "approval" and bool(IRREVERSIBLE.search(self.row.prompt or ""))
@@ -352,15 +382,45 @@ def _questions(data: dict[str, Any] | None) -> list[QuestionCard]:
         options = [
             o.get("label", "") if isinstance(o, dict) else str(o) for o in q.get("options") or []
         ]
-        out.append(QuestionCard(i, str(q.get("question", "")), str(q.get("header", "")), options))
+        options = [o for o in options if o]  # an empty label is the typed answer's choice
+        text, header = str(q.get("question", "")), str(q.get("header", ""))
+        out.append(QuestionCard(i, text, header, options, q.get("custom") is not False))
     return out
 
 
+def question_answers(questions: Sequence[QuestionCard], post: Any) -> tuple[dict[str, str], str]:
+    """A question form's answers by question text (the service's `{"answers": ...}`), and
+    what is wrong with them ("" when nothing is): a choice among the options, or the typed
+    answer where the question allows one (its radio posts an empty choice; without options,
+    the field itself is typed)."""
+    answers, problem = {}, ""
+    for q in questions:
+        value, typed = post.get(q.html_name), post.get(q.other_name, "").strip()
+        said = ""
+        if q.options and q.allows_other and (value == "" or (value is None and typed)):
+            value = typed  # "Other" chosen, or typed into without choosing it (no JavaScript)
+            said = "" if typed else f"Type your answer to “{q.text}”, or choose an option."
+        elif q.options and (value or typed) and value not in q.options:
+            value, said = "", f"Choose one of the options for “{q.text}”."
+        elif not (value or "").strip():
+            said = f"Answer every question (missing: {q.text})."
+        problem = problem or said
+        answers[q.text] = value or ""
+    return answers, problem
+
+
 def request_card(
-    row: ApprovalRequest, *, can_decide: bool, message: str = "", level: str = "info"
+    row: ApprovalRequest,
+    *,
+    can_decide: bool,
+    message: str = "",
+    level: str = "info",
+    can_allow_always: bool = False,
 ) -> RequestCard:
     agent = agents.get(row.agent)
     card = RequestCard(row=row, can_decide=can_decide, message=message, level=level)
+    card.can_allow_always = can_allow_always and can_decide
+    card.requirement = selectors.requirement_view(row)
     server = mcp_server_of(row)
     for call in row.call_list():
         schema = agent.tool_schema(call.tool_name) if agent else None
@@ -385,7 +445,17 @@ def request_card(
 # What a reviewer typed into a decision that came too late, kept on the card to copy.
 # Fields of the decision forms that carry no typing of the reviewer's own: the form's
 # plumbing, and the hidden fields the inbox adds (`takeover`, inbox-keys.js).
-_NOT_TYPED = frozenset({"csrfmiddlewaretoken", "confirmed", "next", "claim", "takeover"})
+_NOT_TYPED = frozenset(
+    {
+        "csrfmiddlewaretoken",
+        "confirmed",
+        "next",
+        "claim",
+        "takeover",
+        "always_allow",
+        "always_allow_scope",
+    }
+)
 _TYPED_LABELS = {
     "reason": "Your reason",
     "output": "Your result",
@@ -436,9 +506,9 @@ def typed_texts(card: RequestCard, post: Any) -> list[tuple[str, str]]:
         if name in _NOT_TYPED or name.startswith("decision."):
             continue
         values = [v for v in post.getlist(name) if v.strip()]
-        if name in questions:
-            question = questions[name]
-            if question.options:
+        if name in questions or name.removesuffix(".other") in questions:
+            question = questions[name.removesuffix(".other")]
+            if question.options and name in questions:  # a choice between given options
                 continue
             label = question.text or question.header or name
         elif name in by_name:
@@ -496,6 +566,7 @@ def own_toast(row: ApprovalRequest, tool_names: Sequence[str]) -> str:
 # -- the inbox's compact rows (issue 14) -------------------------------------------------------
 
 ROW_SUMMARY_CHARS = 90
+ROW_GIST_CHARS = 60
 
 
 @dataclass
@@ -508,10 +579,18 @@ class RequestRow:
     summary: str
     claim_holder: Any = None
     overdue: bool = False
+    # Seconds until its claim lapses (None: no active claim): the page redraws the list then.
+    lapse_in: float | None = None
 
     @property
     def dom_id(self) -> str:
         return f"row-{self.row.pk}"
+
+    @property
+    def gist(self) -> str:
+        """What the run was asked (its first user message), short: two rows of the same
+        tool or question read apart by it."""
+        return _one_line(self.row.run.prompt, ROW_GIST_CHARS)
 
 
 def _one_line(text: str, limit: int = ROW_SUMMARY_CHARS) -> str:
@@ -551,4 +630,13 @@ def request_row(row: ApprovalRequest, *, now: datetime | None = None) -> Request
     now = now or timezone.now()
     what, summary = row_summary(row)
     overdue = row.state == State.PENDING and row.expires_at is not None and row.expires_at < now
-    return RequestRow(row, what, summary, selectors.active_claim(row, now=now), overdue)
+    holder = selectors.active_claim(row, now=now)
+    lapses = selectors.claim_lapses_at(row) if holder is not None else None
+    lapse_in = seconds_until(lapses, now)
+    return RequestRow(row, what, summary, holder, overdue, lapse_in)
+
+
+def seconds_until(at: datetime | None, now: datetime) -> float | None:
+    """How long from `now` until `at` (None for none): what a page waits for, relative so
+    that the browser's clock never matters."""
+    return None if at is None else round(max(0.0, (at - now).total_seconds()), 1)

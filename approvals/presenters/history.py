@@ -21,6 +21,7 @@ HISTORY_LABELS = {
     "request_cancelled": "Cancelled",
     "run_resumed": "The run was queued to resume with the decision",
     "run_cancelled": "The run was cancelled",
+    "run_followed_up": "Follow-up sent",
     "claimed": "Claimed",
     "released": "Claim released",
     "claim taken over": "Claim taken over",
@@ -44,6 +45,9 @@ def history(events: Sequence[Any], outcome: Outcome | None = None) -> list[Histo
         if outcome is not None and e.action == f"request_{e.to_state}" and e.from_state:
             label = outcome.verb
         actor = e.actor.get_username() if e.actor_id and e.actor else ""
+        rule = (e.detail or {}).get("rule")
+        if isinstance(rule, dict):  # decided by a rule: named as it was then
+            actor = f"rule {rule.get('id')}, {rule.get('name')}, version {rule.get('version')}"
         reason = ""
         if e.action in ("request_declined", "request_cancelled", "run_cancelled"):
             reason = str((e.detail or {}).get("reason") or "")

@@ -16,8 +16,16 @@ from django.utils import timezone
 from .. import agents, selectors, services
 from ..models import ApprovalRequest, RequestHide, Run
 from ..permissions import agents_visible_to, can_decide_request, hidden_agents
-from .cards import KIND_LABELS, mcp_call_servers, mcp_server_of, request_card, request_row
+from .cards import (
+    KIND_LABELS,
+    mcp_call_servers,
+    mcp_server_of,
+    request_card,
+    request_row,
+    seconds_until,
+)
 from .history import history
+from .team import team_tree
 from .timeline import timeline
 
 PAGE_SIZE = 20
@@ -27,6 +35,7 @@ SORTS = [("newest", "newest first"), ("oldest", "oldest first"), ("deadline", "s
 CHIPS = [
     ("claimed by me", "claim", "mine", "mine"),
     ("unclaimed", "claim", "unclaimed", "unclaimed"),
+    ("routed to me", "claim", "routed", "routed"),
     ("overdue", "overdue", "1", "overdue"),
     ("snoozed / ignored", "hidden", "only", "hidden"),
 ]
@@ -269,7 +278,32 @@ def counts_context(
         "menus": menus(query, options, counts["options"]) if options else {},
         "count": counts["matching"],
         "pending": counts["waiting"],
+        # Beside the count it must agree with: both change together (`request-count`).
+        "bulk_all_label": bulk_all_label(counts["matching"]),
     }
+
+
+def lapse_in(user, query: selectors.InboxQuery, now) -> float | None:
+    """Seconds until this viewer's list changes by itself (a snooze of theirs ends; on an
+    "unclaimed" list, a claim lapses), or None: the page redraws its list then. The rows
+    say when their own claims lapse (`RequestRow.lapse_in`)."""
+    at = selectors.next_lapse(
+        user_id=user.pk,
+        now=now,
+        claims=query.claim == "unclaimed",
+        hidden_agents=hidden_agents(user),
+    )
+    return seconds_until(at, now)
+
+
+def page_counts(user, params, *, lapse: bool = True) -> dict:
+    """Every count of an inbox page with these filters, as its list would show them: the
+    list's, the title's, the chips', the menus', "all N matching", and when the list next
+    changes by itself (for an htmx answer that changed them: a snooze, a claim)."""
+    now = timezone.now()
+    agent_names = agents_visible_to(user, [a.name for a in agents.all()])
+    counted = counts_context(user, params, now=now, agent_names=agent_names)
+    return {**counted, "lapse_in": lapse_in(user, counted["query"], now) if lapse else None}
 
 
 def list_context(user, params, page_number=None, *, now=None) -> dict:
@@ -302,7 +336,7 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
         "nav": "inbox",
         "page": page,
         "count_capped": capped,
-        "bulk_all_label": bulk_all_label(counted["count"]),
+        "lapse_in": lapse_in(user, query, now),
         "rows": [request_row(row, now=now) for row in page],
         "selected_id": selected,
         "agent_names": agent_names,
@@ -311,6 +345,8 @@ def list_context(user, params, page_number=None, *, now=None) -> dict:
         "sorts": SORTS,
         "filter_query": filter_query,
         "list_url": _url(filters),
+        # A search that matches nothing offers the list without it (the other filters kept).
+        "clear_search_url": _url({k: v for k, v in filters.items() if k != "q"}),
         "live_query": urlencode(
             {**filters, "page": page.number, **({"r": selected} if selected else {})}
         ),
@@ -352,6 +388,7 @@ def detail_context(
         "run": row.run,
         "card": card,
         "entries": run_context["entries"],
+        "tree": run_context["tree"],
         "history": history(selectors.request_history(row=row), card.outcome),
         "hidden": hidden,
         "hidden_until": until,
@@ -425,5 +462,6 @@ def run_context_for(
             run.messages, requests, mcp_call_servers(requests, journaled), _told(run, requests)
         ),
         "open_card": request_card(open_row, can_decide=open_can_decide) if open_row else None,
+        "tree": team_tree(run.team_state, requests),  # a team run's agents ([] for one agent)
         "next_url": reverse("approvals:run-detail", args=[run.pk]),
     }

@@ -10,7 +10,15 @@ from typing import Any
 
 from ..domain.jsonvalues import cut_deep
 from ..models import ApprovalRequest, RequestCall, Run
-from .cards import WAITING_TEXT, Outcome, _questions, answers_of, call_outcome, mcp_server_of
+from .cards import (
+    WAITING_TEXT,
+    Outcome,
+    QuestionCard,
+    _questions,
+    answers_of,
+    call_outcome,
+    mcp_server_of,
+)
 
 State = ApprovalRequest.State
 RESUMES_TEXT = "Decided: the run resumes with this decision."
@@ -33,6 +41,9 @@ class TimelineEntry:
     answers: list[tuple[str, str]] = field(default_factory=list)
     # The MCP server a tool call went to ("" for the agent's own tools).
     server: str = ""
+    # The question builtin's call: its questions and options, read as the card reads them
+    # (its arguments are a list of objects, which the arguments table shows as raw JSON).
+    questions: list[QuestionCard] = field(default_factory=list)
 
 
 def _content_text(content: Any) -> str:
@@ -169,6 +180,9 @@ def timeline(
                     )
         elif role == "tool":
             result(str(m.get("tool_call_id", "")), content, False)
+    for entry in entries:
+        if entry.kind == "tool_call" and entry.name == "question" and not entry.server:
+            entry.questions = _questions(entry.args if isinstance(entry.args, dict) else None)
     return entries
 
 

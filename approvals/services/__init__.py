@@ -6,6 +6,7 @@ from ..domain.arguments import MAX_OUTPUT_CHARS, MAX_REASON_CHARS, input_problem
 from ..domain.exceptions import ClaimedByOther, InvalidInput, NotAllowed, ServiceError
 from .bulk import MAX_BULK_IDS, BulkOutcome, requests_bulk
 from .claims import request_claim, request_hide, request_release, request_unhide
+from .notifications import notification_save, notification_test
 from .requests import (
     request_answer,
     request_approve,
@@ -13,7 +14,14 @@ from .requests import (
     request_expire,
     tool_schema,
 )
-from .runs import MAX_PROMPT_CHARS, TooManyRuns, run_cancel, run_retry, run_start
+from .runs import (
+    MAX_PROMPT_CHARS,
+    TooManyRuns,
+    run_cancel,
+    run_follow_up,
+    run_retry,
+    run_start,
+)
 from .tokens import (
     TokenRejected,
     api_token_authenticate,
@@ -22,6 +30,7 @@ from .tokens import (
     api_token_verify,
     api_tokens_revoke,
 )
+from .webhooks import webhook_redeliver, webhook_secret, webhook_subscribe
 
 __all__ = [
     "MAX_BULK_IDS",
@@ -41,6 +50,8 @@ __all__ = [
     "api_token_verify",
     "api_tokens_revoke",
     "input_problems",
+    "notification_save",
+    "notification_test",
     "request_answer",
     "request_approve",
     "request_claim",
@@ -51,7 +62,11 @@ __all__ = [
     "request_unhide",
     "requests_bulk",
     "run_cancel",
+    "run_follow_up",
     "run_retry",
     "run_start",
     "tool_schema",
+    "webhook_redeliver",
+    "webhook_secret",
+    "webhook_subscribe",
 ]

@@ -6,6 +6,8 @@ decision is recorded, audited, announced and resumed exactly like one made on it
 The outcome of each id, in the order given:
 
 - "done": decided now.
+- "partial": an approval counted toward the N distinct approvers a rule requires
+  ("1 of 2 approved: rita"); the request stays pending for the others.
 - "already": someone decided it first (the message names who and when).
 - "invalid": bulk approve does not fit it (see below), another reviewer holds a claim on
   it, or the service refused the input.
@@ -37,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import agents
+from .. import agents, events
 from ..domain.exceptions import AlreadyDecided, InvalidInput, NotAllowed, ServiceError
 from ..models import ApprovalRequest
 from ..permissions import DECIDE_PERMISSION, agent_rights, require
@@ -59,12 +61,13 @@ ALREADY = "already"
 INVALID = "invalid"
 FORBIDDEN = "forbidden"
 MISSING = "missing"
+PARTIAL = "partial"
 
 
 @dataclass(frozen=True)
 class BulkOutcome:
     request_id: str
-    status: str  # done | already | invalid | forbidden | missing
+    status: str  # done | partial | already | invalid | forbidden | missing
     message: str = ""
 
     def as_dict(self) -> dict[str, str]:
@@ -137,37 +140,44 @@ def requests_bulk(
         .prefetch_related("calls")
     }
     rights = agent_rights(user)
-    outcomes = []
-    for request_id in ids:
-        row = rows.get(request_id)
-        if row is None or not rights.can_view(row.agent):
-            # Before anything else is said of it: a hidden agent's request reads as missing.
-            outcomes.append(BulkOutcome(request_id, MISSING, "no such request"))
-            continue
-        holder = active_claim(row)
-        if holder is not None and holder.pk != user.pk:
-            # Taking over another reviewer's claim is asked for one request at a time.
-            outcomes.append(
-                BulkOutcome(
-                    request_id,
-                    INVALID,
-                    f"claimed by {holder.get_username()}: open it to take it over",
-                )
-            )
-            continue
-        if action == "approve" and row.state == ApprovalRequest.State.PENDING:
-            problem = _approve_problem(row)
-            if problem:
-                outcomes.append(BulkOutcome(request_id, INVALID, problem))
-                continue
-        outcomes.append(_decide_one(request_id, user, action, reason))
+    outcomes: list[BulkOutcome] = []
+    verb = "approved" if action == "approve" else "declined"
+    # Pages say the decision once, as a whole, not once per request it decided.
+    with events.bulk_decision(user_id=user.pk, username=user.get_username(), verb=verb) as done:
+        for request_id in ids:
+            outcome = _one(request_id, rows.get(request_id), user, rights, action, reason)
+            outcomes.append(outcome)
+            if outcome.status == DONE:
+                done.append((rows[request_id].pk, rows[request_id].agent))
     return outcomes
 
 
+def _one(
+    request_id: str, row: ApprovalRequest | None, user: Any, rights: Any, action: str, reason: str
+) -> BulkOutcome:
+    """One request of a bulk decision: decided, or why not."""
+    if row is None or not rights.can_view(row.agent):
+        # Before anything else is said of it: a hidden agent's request reads as missing.
+        return BulkOutcome(request_id, MISSING, "no such request")
+    holder = active_claim(row)
+    if holder is not None and holder.pk != user.pk:
+        # Taking over another reviewer's claim is asked for one request at a time.
+        return BulkOutcome(
+            request_id, INVALID, f"claimed by {holder.get_username()}: open it to take it over"
+        )
+    if action == "approve" and row.state == ApprovalRequest.State.PENDING:
+        problem = _approve_problem(row)
+        if problem:
+            return BulkOutcome(request_id, INVALID, problem)
+    return _decide_one(request_id, user, action, reason)
+
+
 def _decide_one(request_id: str, user: Any, action: str, reason: str) -> BulkOutcome:
+    partial = None
     try:
         if action == "approve":
-            request_approve(request_id=request_id, user=user)
+            row = request_approve(request_id=request_id, user=user)
+            partial = getattr(row, "partial_approval", None)
         else:
             request_decline(request_id=request_id, user=user, reason=reason)
     except ApprovalRequest.DoesNotExist:  # gone, or an agent hidden from the user
@@ -180,4 +190,6 @@ def _decide_one(request_id: str, user: Any, action: str, reason: str) -> BulkOut
         return BulkOutcome(request_id, INVALID, str(exc))
     except ServiceError as exc:
         return BulkOutcome(request_id, INVALID, str(exc))
+    if partial is not None:  # counted toward the approvals a rule requires; still pending
+        return BulkOutcome(request_id, PARTIAL, partial.message)
     return BulkOutcome(request_id, DONE, "approved" if action == "approve" else "declined")

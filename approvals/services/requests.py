@@ -16,10 +16,12 @@ cancelled), so the record, the API and the server agree.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 
 from toolnexus import Answer
 from toolnexus.mcp import DECLINE_REASON, ELICITATION_KIND, elicit_action, elicitation_errors
@@ -37,8 +39,12 @@ from ..domain.exceptions import AlreadyDecided, InvalidInput
 from ..domain.records import lock_request, record_decision
 from ..execution import recovery
 from ..execution.runner import enqueue
-from ..models import ApprovalRequest, RequestCall
+from ..models import ApprovalRequest, RequestCall, Rule
 from ..permissions import DECIDE_PERMISSION, require, require_decide_request
+from . import rules
+from .approvers import check_requirement
+
+log = logging.getLogger(__name__)
 
 State = ApprovalRequest.State
 Decision = RequestCall.Decision
@@ -47,7 +53,19 @@ Decision = RequestCall.Decision
 def _decide(row: ApprovalRequest, user: Any, new_state: str, answer: Any, reason: str) -> None:
     """Record the decision and queue the run's resume in the same transaction."""
     if record_decision(row, user, new_state, answer, reason):
-        enqueue(row.run_id)
+        enqueue(row.run_id, request_id=row.request_id)
+        # Said once it is true (a decision rolled back was never made), under this request's
+        # own ids (a bulk decision's requests each under theirs).
+        ids = {"run_id": row.run_id, "request_id": row.request_id}
+        transaction.on_commit(
+            lambda: log.info(
+                "request %s %s; run %s queued to resume",
+                row.request_id,
+                new_state,
+                row.run_id,
+                extra=ids,
+            )
+        )
 
 
 def _locked_calls(row: ApprovalRequest) -> list[RequestCall]:
@@ -101,16 +119,27 @@ def request_approve(
     input: Any = None,
     output: Any = None,
     calls: Mapping[str, Mapping[str, Any]] | None = None,
+    always_allow: str | None = None,
 ) -> ApprovalRequest:
     """Approve a request: as shown, with edited input, or with a typed output.
 
     A relay request carrying several calls is decided per call with `calls`:
     `{call_id: {"decision": "approve"|"output"|"decline", "input": ..., "output": ..., "reason": ...}}`;
     calls left out are approved as they are.
+
+    `always_allow` (a scope of `rules.ALWAYS_ALLOW_SCOPES`, the "manage rules" permission)
+    also makes an approve rule for this tool and agent, in the decision's transaction.
     """
     require(user, DECIDE_PERMISSION, "decide requests")
+    if always_allow is not None:
+        rules.require_always_allow(user, always_allow)
     with transaction.atomic():
         row = lock_for_decision(user, request_id, approving=True)
+        as_shown = input is None and output is None and not calls
+        partial = check_requirement(row, user, approving=True, as_shown=as_shown)
+        if partial is not None:  # short of the N approvals a rule requires: still pending
+            row.partial_approval = partial
+            return row
         if row.is_relay:
             new_state, answer = _decide_relay_calls(row, input=input, output=output, calls=calls)
             reason = ""
@@ -129,6 +158,8 @@ def request_approve(
             new_state, answer = _decide_single(row, input=input, output=output)
             reason = ""
         _decide(row, user, new_state, answer, reason)
+        if always_allow is not None:
+            rules.rule_always_allow(user=user, row=row, scope=always_allow)
     return row
 
 
@@ -366,6 +397,8 @@ def request_answer(*, request_id: str, user: Any, answer: Any) -> ApprovalReques
     data = parsed.data or {}
     with transaction.atomic():
         row = lock_for_decision(user, request_id, approving=True)
+        # An Answer decides in one go: a request needing several approvers takes approve.
+        check_requirement(row, user, approving=True, as_shown=False)
         if row.is_relay:
             calls, fields, output = _relay_calls_from_answer(row, data)
             if output is not None:  # the one-call shorthand
@@ -418,6 +451,7 @@ def _refuse(request_id: str, user: Any, reason: Any, *, as_given: bool) -> Appro
     reason = clean_reason(reason)
     with transaction.atomic():
         row = lock_for_decision(user, request_id, approving=False)
+        check_requirement(row, user, approving=False)
         calls = _locked_calls(row)
         for call in calls:
             call.decision, call.reason = Decision.DECLINE, reason
@@ -440,3 +474,47 @@ def _refusal(row: ApprovalRequest, reason: str, *, as_given: bool) -> tuple[str,
     answer = answer_declined(row.request_id, reason if as_given else DECLINE_REASON)
     heard = elicit_action(answer)
     return (State.DECLINED if heard == "decline" else State.CANCELLED), answer
+
+
+def request_decide_by_rule(*, request_id: str, user: Any, rule: Any) -> ApprovalRequest:
+    """Decide one pending request as `rule` would have where its run halted, on `user`'s
+    say-so ("apply to pending"): approved as the model asked it, or declined with the rule's
+    reason. Recorded as the rule's decision (`decided_by_rule`, its version; the audit event
+    names the rule and who applied it), one transaction, the rule's counter included."""
+    require(user, DECIDE_PERMISSION, "decide requests")
+    approve = rule.effect == "approve"
+    if rule.effect not in ("approve", "decline"):
+        raise InvalidInput(f"a rule that does {rule.effect!r} is not applied to pending requests")
+    with transaction.atomic():
+        row = lock_for_decision(user, request_id, approving=approve)
+        if row.kind not in ("tool_call", "approval"):
+            raise InvalidInput("only a relay call or an approval is decided by a rule")
+        if approve and row.is_relay:
+            new_state, answer = _decide_relay_calls(row, input=None, output=None, calls=None)
+            reason = ""
+        elif approve:
+            new_state, answer = _decide_single(row, input=None, output=None)
+            reason = ""
+        else:
+            reason = clean_reason(rule.reason or None)
+            calls = _locked_calls(row)
+            for call in calls:
+                call.decision, call.reason = Decision.DECLINE, reason
+                call.output, call.is_error = decline_text(call.tool_name, reason), True
+                _save_decided_call(call)
+            new_state, answer = _refusal(row, reason, as_given=False)
+        row.decided_by_rule, row.rule_version = rule, rule.version
+        named = {"id": rule.pk, "name": rule.name, "version": rule.version}
+        applied_by = user.get_username()
+        # No person decided it (decided_by null): the record names the rule, and who applied it.
+        if record_decision(
+            row, None, new_state, answer, reason, decider="rule", rule=named, applied_by=applied_by
+        ):
+            enqueue(row.run_id)
+        ApprovalRequest.objects.filter(pk=row.pk).update(
+            decided_by_rule=rule, rule_version=rule.version
+        )
+        Rule.objects.filter(pk=rule.pk).update(
+            match_count=F("match_count") + 1, last_matched_at=row.decided_at
+        )
+    return row

@@ -136,6 +136,43 @@ def run_retry(*, run_id: int, user: Any) -> Run:
     return run
 
 
+FOLLOW_UP = "run_followed_up"  # the audit action; its detail: message
+
+
+def run_follow_up(*, run_id: int, user: Any, message: Any) -> Run:
+    """Continue a finished run (done, or stopped at its turn limit) with a new user message:
+    the same agent, the transcript kept, queued to run again (it may halt again). Whoever
+    may start runs and see the agent may; the audit trail says who asked what."""
+    require(user, START_PERMISSION, "continue runs")
+    if not isinstance(message, str) or not message.strip():
+        raise InvalidInput("message: must be a non-empty string")
+    if len(message) > MAX_PROMPT_CHARS:
+        raise InvalidInput(f"message: must be at most {MAX_PROMPT_CHARS} characters")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        require_visible(user, run)
+        registered = agents.get(run.agent)
+        if registered is None:
+            raise InvalidInput(f"agent: {run.agent!r} is no longer registered")
+        if registered.team:
+            # Its state is the runtime's tree, not this transcript: not built yet.
+            raise InvalidInput(f"agent: {run.agent!r} is a team; its runs take no follow-up yet")
+        if run.status not in (RunStatus.DONE, RunStatus.INCOMPLETE):
+            raise InvalidTransition(
+                f"run {run.pk} is {run.status}: only a finished run (done, or stopped at its"
+                " turn limit) takes a follow-up"
+            )
+        # The same shape in both dialects the engine speaks.
+        run.messages = [*run.messages, {"role": "user", "content": message}]
+        set_run_status(run, RunStatus.QUEUED, actor=user, action=FOLLOW_UP, message=message)
+        run.text = ""
+        run.finished_at = None
+        run.save()
+        enqueue(run.pk)
+        events.announce(run_id=run.pk)
+    return run
+
+
 def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
     """Stop a run for good; its open request (if any) is cancelled with it. When the run waits
     on an MCP server's question (open, or decided but not yet carried to the server), a task

@@ -14,6 +14,7 @@ from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml as escape_html
 
+from ..domain.teams import chain_of
 from ..permissions import perm
 from ..selectors import count_label as _count_label
 
@@ -210,3 +211,10 @@ def snooze_zones_known() -> bool:
 def approvals_login_url() -> str:
     """The project's sign-in page (settings.LOGIN_URL, a path or a URL name)."""
     return resolve_url(settings.LOGIN_URL)
+
+
+@register.filter
+def agent_chain(data: Any) -> list[str]:
+    """The agents of a team a request climbed from, top first (its `data.path`): [] for a
+    single agent's request."""
+    return chain_of(data)

@@ -47,7 +47,7 @@ from toolnexus import (
 )
 
 from .. import agents, services
-from ..execution.worker import Worker
+from ..execution.worker import DeliveryWorker, Worker
 from ..live import publisher
 from ..models import ApprovalRequest, Run
 from ..permissions import ensure_groups
@@ -55,17 +55,21 @@ from ..permissions import ensure_groups
 __all__ = [
     "Pushes",
     "ScriptedModel",
+    "ScriptedTeam",
     "approve",
     "call",
     "decide",
     "decline",
+    "deliver_webhooks",
     "drain",
     "make_user",
     "record_pushes",
     "register_scripted_agent",
+    "register_scripted_team",
     "reply",
     "scripted_agent",
     "scripted_agents",
+    "scripted_team",
     "start",
     "start_and_halt",
 ]
@@ -219,6 +223,16 @@ def drain(max_tasks: int = 1000) -> int:
     worker would, until none is left; returns how many ran."""
     with _keeping_the_test_connection():
         return Worker(maintenance_every=0).drain(max_tasks)
+
+
+def deliver_webhooks(max_tasks: int = 1000) -> int:
+    """Turn the host events so far into webhook deliveries and send every one that is due,
+    in this thread, as the delivery worker would; returns how many attempts ran. Events are
+    handed out TOOLNEXUS_EVENTS_SETTLE_SECONDS after they happen: set it to 0 in tests."""
+    with _keeping_the_test_connection():
+        worker = DeliveryWorker(maintenance_every=0)
+        worker.maintenance()
+        return worker.drain(max_tasks)
 
 
 @contextmanager
@@ -406,3 +420,6 @@ def record_pushes() -> Iterator[Pushes]:
         yield pushes
     finally:
         publisher.get_channel_layer = real
+
+
+from .teams import ScriptedTeam, register_scripted_team, scripted_team  # noqa: E402

@@ -29,12 +29,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import selectors, services
+from .. import selectors, services, snapshots
 from ..domain.exceptions import AlreadyDecided, ClaimedByOther, NotAllowed, ServiceError
 from ..models import ApprovalRequest, RequestHide
 from ..permissions import can_decide, can_decide_request, hidden_agents, permission_needed
 from ..presenters import cards
 from . import views
+from .page_counts import page_counts_html
 
 VIEW_REQUESTS = views.VIEW_REQUESTS
 DECIDE = views.DECIDE
@@ -116,9 +117,19 @@ def _claim_bar(
     response = views._render(
         request, CLAIM_BAR, claim_bar_context(request, row, message=message, level=level)
     )
+    if level == "success" and trigger and {"toolnexus:hidden", "toolnexus:unhidden"} & set(trigger):
+        # Hidden or un-hidden: the list's counts, the title's and the chips' change at once.
+        # A claim's or release's counts follow with the live push: written here too, their
+        # swap lost what the reviewer had chosen and not sent in the new bar.
+        response.write(page_counts_html(request))
     response["X-Toolnexus-Outcome"] = level
     if trigger:
         response["HX-Trigger"] = json.dumps(trigger)
+    if trigger and "toolnexus:hidden" in trigger:
+        # the request leaves the list and the next one opens, its bar with it: the toast
+        # is where the snooze or ignore is confirmed
+        toast = {"text": message, "level": level, "role": "status", "about": f"request-{row.pk}"}
+        response.write(render_to_string("approvals/_live.html#toast", {"toast": toast}))
     return response
 
 
@@ -368,7 +379,11 @@ def _bulk_ids(request: HttpRequest) -> tuple[list[str], int]:
     """The request ids a bulk decision takes, and how many requests "all matching"'s filters
     match that arrived after its list was drawn (left out: nobody saw them). ValueError:
     "all matching" without a valid `upto` or with an invalid `drawn`."""
-    if request.POST.get("all"):
+    if request.POST.get("all") and request.POST.get("snapshot"):
+        # As it stood when ticked (bulk_snapshot.py): exactly those, for these filters.
+        query = selectors.InboxQuery.from_params(request.POST)
+        return snapshots.read(request.POST["snapshot"], user=request.user, query=query), 0
+    if request.POST.get("all"):  # without the snapshot (no JavaScript): as drawn
         upto = _bulk_upto(request.POST.get("upto"))
         drawn = _bulk_drawn(request.POST.get("drawn"))
         query = selectors.InboxQuery.from_params(request.POST)

@@ -4,7 +4,7 @@ view answers a refusal with the app's own 403 page and a signed-out htmx request
 
 from django.urls import path
 
-from . import triage, views
+from . import bulk_snapshot, follow_up, notifications, reports, rules, triage, views
 
 app_name = "approvals"
 page = views.app_page
@@ -15,6 +15,11 @@ urlpatterns = [
     path("", page(views.inbox), name="inbox"),
     # Before requests/<id>/: "bulk" is no request id.
     path("requests/bulk/", page(triage.requests_bulk), name="requests-bulk"),
+    path(
+        "requests/bulk/snapshot/",
+        page(bulk_snapshot.requests_bulk_snapshot),
+        name="requests-bulk-snapshot",
+    ),
     path("requests/<str:request_id>/", page(views.request_detail), name="request-detail"),
     path("requests/<str:request_id>/card/", page(views.request_card), name="request-card"),
     path(
@@ -59,4 +64,24 @@ urlpatterns = [
     path("runs/<int:run_id>/", page(views.run_detail), name="run-detail"),
     path("runs/<int:run_id>/retry/", page(views.run_retry), name="run-retry"),
     path("runs/<int:run_id>/cancel/", page(views.run_cancel), name="run-cancel"),
+    # Rules (approvals/web/rules.py): people with "manage rules" only.
+    path("rules/", page(rules.rule_list), name="rule-list"),
+    path("rules/<int:rule_id>/", page(rules.rule_edit), name="rule-edit"),
+    path("rules/<int:rule_id>/switch/", page(rules.rule_switch), name="rule-switch"),
+    path("rules/<int:rule_id>/dry-run/", page(rules.rule_dry_run), name="rule-dry-run"),
+    path("rules/<int:rule_id>/apply/", page(rules.rule_apply), name="rule-apply"),
+    path("rules/<int:rule_id>/delete/", page(rules.rule_delete), name="rule-delete"),
+    path("runs/<int:run_id>/follow-up/", page(follow_up.run_follow_up), name="run-follow-up"),
+    # Notifications (approvals/web/notifications.py): each person's own settings, and the
+    # confirmation pages of an email's signed Approve / Decline links.
+    path("notifications/", page(notifications.notification_settings), name="notifications"),
+    path(
+        "notifications/test/<str:channel>/",
+        page(notifications.notification_test),
+        name="notifications-test",
+    ),
+    path("notifications/link/<str:token>/", page(notifications.notify_link), name="notify-link"),
+    # The team dashboard (approvals/web/reports.py): people with "view reports" only.
+    path("reports/", page(reports.report_dashboard), name="reports"),
+    path("reports/export.csv", page(reports.report_csv), name="reports-csv"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.contrib import messages
@@ -195,7 +196,7 @@ def _decide(
 ) -> HttpResponse:
     """Run a decision service and answer: the card in place (htmx) or a redirect (forms)."""
     try:
-        action()
+        row = action()
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such request") from None
     except NotAllowed as exc:
@@ -208,6 +209,9 @@ def _decide(
         return _too_late(request, request_id, message)
     except ServiceError as exc:
         return _outcome(request, request_id, str(exc), "error")
+    partial = getattr(row, "partial_approval", None)
+    if partial is not None:  # counted toward the approvers a rule requires: the card stays
+        return _outcome(request, request_id, f"Your approval counts: {partial.message}.", "info")
     return _outcome(request, request_id, done, "success")
 
 
@@ -221,6 +225,7 @@ def _too_late(request: HttpRequest, request_id: str, message: str) -> HttpRespon
     card = cards.request_card(
         row, can_decide=can_decide_request(request.user, row), message=message, level="warning"
     )
+    card.late = True
     card.unsent = cards.typed_texts(card, request.POST)
     if not card.unsent:
         return _outcome(request, request_id, message, "warning", card=card)
@@ -236,6 +241,10 @@ STATE_HEADER = "X-Toolnexus-State"
 def _outcome(
     request: HttpRequest, request_id: str, message: str, level: str, *, card=None
 ) -> HttpResponse:
+    if not request.htmx and level == "success" and _shows_decided_card(request, request_id):
+        # Said once: the page it goes back to shows the decided card, whose footer says it
+        # ("Approved by reviewer"), so no "Approved." message besides.
+        return redirect(_next_url(request))
     if request.htmx:
         # htmx swaps only 2xx answers: the status lives in the card's message instead, and in
         # a header the page reads (approvals/app.js): "success" or "warning" means the request
@@ -246,12 +255,16 @@ def _outcome(
         # tab shows this one, not the live push's), a warning or error in case a live update
         # already removed the card (the loser of a race sees who won either way).
         row = card.row if card is not None else _get_request(request_id, request.user)
-        response = _render_card(request, row, message=message, level=level, card=card)
+        # Said once: a decision of one's own reads in the card's footer ("Approved by ...")
+        # and the toast, not a third time as the card's notice.
+        own = level == "success" and row.state != ApprovalRequest.State.PENDING
+        shown = "" if own else message
+        response = _render_card(request, row, message=shown, level=level, card=card)
         response[OUTCOME_HEADER] = level
         response[STATE_HEADER] = row.state  # the inbox keeps the card if it lists that state
-        toast = message
-        if level == "success" and row.state != ApprovalRequest.State.PENDING:
-            toast = cards.own_toast(row, row.relay_tool_names())
+        if level == "unsent":  # the card stays open and says it (the inbox moves on otherwise)
+            return response
+        toast = cards.own_toast(row, row.relay_tool_names()) if own else message
         toast_context = {
             "text": toast,
             "level": "warning" if level == "unsent" else level,
@@ -262,6 +275,19 @@ def _outcome(
         return response
     getattr(messages, level)(request, message)
     return redirect(_next_url(request))
+
+
+def _shows_decided_card(request: HttpRequest, request_id: str) -> bool:
+    """Whether the page a form decision returns to shows this request's card, decided: its
+    own page, or the inbox with it selected (`r`); the card's footer says who decided."""
+    target = urlsplit(_next_url(request))
+    own_page = target.path == reverse("approvals:request-detail", args=[request_id])
+    selected = target.path == reverse("approvals:inbox") and parse_qs(target.query).get("r") == [
+        request_id
+    ]
+    if not (own_page or selected):
+        return False
+    return _get_request(request_id, request.user).state != ApprovalRequest.State.PENDING
 
 
 def _decision_view(fn):
@@ -293,6 +319,10 @@ def _confirm(
 @_decision_view
 def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
     raw = request.POST.get("input")
+    # "Always allow" ticked: its scope (the service refuses it without "manage rules").
+    always_allow = (
+        request.POST.get("always_allow_scope", "args") if request.POST.get("always_allow") else None
+    )
     try:
         edited = strict_json_loads(raw) if raw else None
     except ValueError as exc:
@@ -316,8 +346,10 @@ def request_approve(request: HttpRequest, request_id: str) -> HttpResponse:
     return _decide(
         request,
         request_id,
-        lambda: services.request_approve(request_id=request_id, user=request.user, input=edited),
-        "Approved.",
+        lambda: services.request_approve(
+            request_id=request_id, user=request.user, input=edited, always_allow=always_allow
+        ),
+        "Approved." if always_allow is None else "Approved, and allowed from now on (a rule).",
     )
 
 
@@ -369,15 +401,10 @@ def request_respond(request: HttpRequest, request_id: str) -> HttpResponse:
     """Answer a question (one choice per question) or an input form built from data.schema."""
     row = _get_request(request_id, request.user)
     if row.kind == "question":
-        answers = {
-            q.text: request.POST.get(f"q.{q.index}", "")
-            for q in cards.request_card(row, can_decide=True).questions
-        }
-        missing = [text for text, value in answers.items() if not value]
-        if missing and row.state == ApprovalRequest.State.PENDING:
-            return _outcome(
-                request, request_id, f"Answer every question (missing: {missing[0]}).", "error"
-            )
+        questions = cards.request_card(row, can_decide=True).questions
+        answers, problem = cards.question_answers(questions, request.POST)
+        if problem and row.state == ApprovalRequest.State.PENDING:
+            return _outcome(request, request_id, problem, "error")
         data = {"answers": answers}
     else:
         schema = cards.form_schema(row)
@@ -465,11 +492,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         run = selectors.run_page(run_id=run_id, hidden_agents=hidden_agents(request.user))
     except Run.DoesNotExist:
         raise Http404("no such run") from None
-    return _render(
-        request,
-        "approvals/run_detail.html",
-        run_context_for(run, can_decide=can_decide_run(request.user, run), viewer=request.user),
+    context = run_context_for(
+        run, can_decide=can_decide_run(request.user, run), viewer=request.user
     )
+    draft = request.session.pop("follow_up_draft", None)
+    context["can_follow_up"] = request.user.has_perm(START)
+    context["follow_up_text"] = draft["text"] if draft and draft.get("run") == run.pk else ""
+    return _render(request, "approvals/run_detail.html", context)
 
 
 @require_GET

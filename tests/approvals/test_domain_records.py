@@ -22,7 +22,10 @@ def test_request_row_allows_only_terminal_transitions():
     with pytest.raises(InvalidTransition):
         records.check_transition("request", "declined", "approved")
     with pytest.raises(InvalidTransition):
-        records.check_transition("run", "done", "queued")
+        records.check_transition("run", "done", "running")
+    with pytest.raises(InvalidTransition):
+        records.check_transition("run", "cancelled", "queued")
+    records.check_transition("run", "done", "queued")  # a follow-up
     assert ApprovalRequest.State.PENDING in records.ALLOWED_TRANSITIONS["request"]
 
 

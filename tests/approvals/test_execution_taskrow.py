@@ -1,5 +1,6 @@
-"""approvals.execution.taskrow: a step's outcome finishes its task row in the outcome's own
-commit (any other ending keeps the stock finish), and the run is claimed in the task row's
+"""approvals.execution.taskrow: a step's outcome removes its task row in the outcome's own
+commit (or marks it successful there when finished rows are kept; any other ending keeps the
+stock finish, and maintenance prunes it), so the table holds what is ready or running; and the run is claimed in the task row's
 claim, positional or keyword arguments alike (a claim never taken is handed back)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from django_tasks_db.models import DBTaskResult
 
 from approvals import services
 from approvals.execution import runner, store
+from approvals.execution.worker import Worker
 from approvals.models import Event
 
 from .factories import drain, fresh, make_user, tasks_for
@@ -18,9 +20,11 @@ from .factories import recover_stale_run as _recover
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_steps_outcome_finishes_its_task_row_in_the_same_commit(monkeypatch):
+def test_a_steps_outcome_removes_its_task_row_in_the_same_commit(settings, monkeypatch):
     """The worker's task row ends with the run's outcome: no commit of its own after it, so a
-    worker killed after the outcome's commit cannot leave the row "running"."""
+    worker killed after the outcome's commit cannot leave the row "running", and no finished
+    row is left for the claim query to walk."""
+    settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 0  # the default (tests keep rows)
     stock_finishes: list[object] = []
     monkeypatch.setattr(DBTaskResult, "set_successful", lambda row, rv: stock_finishes.append(rv))
     finished: list[tuple[str, object]] = []
@@ -34,9 +38,7 @@ def test_a_steps_outcome_finishes_its_task_row_in_the_same_commit(monkeypatch):
         assert drain() == 1
     finally:
         task_finished.disconnect(on_finished)
-    (task,) = tasks_for(run)
-    assert (task.status, task.return_value) == ("SUCCESSFUL", "pending")
-    assert task.finished_at is not None and fresh(run).status == "pending"
+    assert tasks_for(run) == [] and fresh(run).status == "pending"
     assert stock_finishes == []  # the stock finish had nothing left to write
     assert finished == [("SUCCESSFUL", "pending")]  # its signal still says how it ended
 
@@ -64,19 +66,40 @@ def test_the_run_is_claimed_in_the_task_rows_claim_and_a_claim_never_taken_is_ha
     assert run.worker_id not in store.FORGOTTEN.still_held()
 
 
-def test_a_step_that_ends_without_an_outcome_keeps_the_stock_finish():
+def test_kept_finished_rows_are_marked_in_the_outcomes_commit(settings, monkeypatch):
+    settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 3600
+    stock_finishes: list[object] = []
+    monkeypatch.setattr(DBTaskResult, "set_successful", lambda row, rv: stock_finishes.append(rv))
+    run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+    assert drain() == 1
+    (task,) = tasks_for(run)
+    assert (task.status, task.return_value) == ("SUCCESSFUL", "pending")
+    assert task.finished_at is not None and fresh(run).status == "pending"
+    assert stock_finishes == []  # the outcome's commit marked it: the stock finish wrote nothing
+
+
+def test_a_step_that_ends_without_an_outcome_keeps_the_stock_finish_and_maintenance_prunes_it(
+    settings,
+):
     run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
     store.run_claim(run_id=run.pk, worker_id="someone-else")  # held elsewhere: skipped
     assert drain() == 1
     (task,) = tasks_for(run)
     assert (task.status, task.return_value) == ("SUCCESSFUL", "skipped")
+    settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 3600
+    Worker(maintenance_every=0).maintenance()
+    assert tasks_for(run) == [task]  # kept for an hour
+    settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 0
+    Worker(maintenance_every=0).maintenance()
+    assert tasks_for(run) == []
 
 
-def test_a_task_enqueued_with_keyword_arguments_is_claimed_and_finished_too():
+def test_a_task_enqueued_with_keyword_arguments_is_claimed_and_finished_too(settings):
+    settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 0  # the default (tests keep rows)
     run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
     DBTaskResult.objects.all().delete()
     runner.execute_run.enqueue(run_id=run.pk)
     other = services.run_start(agent="demo", prompt="refund", started_by=make_user())
     assert drain() == 2
     assert fresh(run).status == "pending" and fresh(other).status == "pending"
-    assert sorted(t.status for t in DBTaskResult.objects.all()) == ["SUCCESSFUL", "SUCCESSFUL"]
+    assert not DBTaskResult.objects.exists()

@@ -32,14 +32,13 @@ def test_worker_maintenance_expires_overdue_requests():
     assert request.state == "expired"
 
 
-def test_drain_marks_task_rows_finished():
+def test_drain_runs_task_rows_and_leaves_no_finished_one(settings):
+    settings.TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS = 0  # the default (tests keep rows)
     run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
     (task,) = tasks_for(run)
     assert task.status == "READY"
     assert drain() == 1
-    (task,) = tasks_for(run)
-    assert task.status == "SUCCESSFUL"
-    assert task.return_value == "pending"
+    assert tasks_for(run) == [] and fresh(run).status == "pending"
     assert drain() == 0
 
 
@@ -68,11 +67,11 @@ def test_the_worker_sends_the_stock_task_signals():
     task_finished.connect(on_finished)
     try:
         run = services.run_start(agent="demo", prompt="refund", started_by=make_user())
+        (task,) = tasks_for(run)
         drain()
     finally:
         task_started.disconnect(on_started)
         task_finished.disconnect(on_finished)
-    (task,) = tasks_for(run)
     assert started == [str(task.id)]
     assert [(str(i), str(s)) for i, s in finished] == [(str(task.id), "SUCCESSFUL")]
 

@@ -147,12 +147,20 @@ def test_check_e002_task_backend(settings, tasks):
         settings.TASKS = tasks
     (error,) = checks.check_task_backend()
     assert error.id == "approvals.E002"
-    assert 'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}' in error.hint
+    assert (
+        'TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend",'
+        ' "QUEUES": ["default", "webhooks"]}}' in error.hint
+    )
     assert "ImmediateBackend" in error.msg if tasks and "immediate" in str(tasks) else True
 
 
 def test_check_e002_accepts_django_tasks_db(settings):
-    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"}}
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "django_tasks_db.backend.DatabaseBackend",
+            "QUEUES": ["default", "webhooks"],
+        }
+    }
     assert checks.check_task_backend() == []
 
 

@@ -69,7 +69,12 @@ def rows(second_demo_agent):
 def test_each_menu_option_counts_the_list_it_would_show(reviewer, rows):
     html = session_client(reviewer).get("/?kind=tool_call").content.decode()
     # relay calls only: per agent, per kind (the agent kept: all), per state
-    assert menu(html, "agent") == {"": "all (4)", "demo": "demo (3)", "demo2": "demo2 (1)"}
+    assert menu(html, "agent") == {
+        "": "all (4)",
+        "demo": "demo (3)",
+        "demo2": "demo2 (1)",
+        "demo-team": "demo-team (0)",
+    }
     assert menu(html, "kind") == {
         "": "all (6)",
         "tool_call": "relay call (4)",
@@ -101,17 +106,32 @@ def test_each_menu_option_counts_the_list_it_would_show(reviewer, rows):
 def test_menu_counts_keep_the_other_filters_chips_and_search_included(reviewer, rows):
     client = session_client(reviewer)
     html = client.get("/?agent=demo2&state=all").content.decode()
-    assert menu(html, "agent") == {"": "all (7)", "demo": "demo (5)", "demo2": "demo2 (2)"}
+    assert menu(html, "agent") == {
+        "": "all (7)",
+        "demo": "demo (5)",
+        "demo2": "demo2 (2)",
+        "demo-team": "demo-team (0)",
+    }
     assert menu(html, "kind")["approval"] == "approval (1)"
     assert menu(html, "state")["declined"] == "Declined (0)"  # demo2 has declined nothing
     html = client.get("/?claim=mine").content.decode()
-    assert set(menu(html, "agent").values()) == {"all (0)", "demo (0)", "demo2 (0)"}
+    assert set(menu(html, "agent").values()) == {
+        "all (0)",
+        "demo (0)",
+        "demo2 (0)",
+        "demo-team (0)",
+    }
 
 
 def test_menu_counts_stop_at_the_cap_like_the_chips(reviewer, rows, settings):
     settings.TOOLNEXUS_INBOX_COUNT_CAP = 3
     html = session_client(reviewer).get("/").content.decode()
-    assert menu(html, "agent") == {"": "all (3+)", "demo": "demo (3+)", "demo2": "demo2 (2)"}
+    assert menu(html, "agent") == {
+        "": "all (3+)",
+        "demo": "demo (3+)",
+        "demo2": "demo2 (2)",
+        "demo-team": "demo-team (0)",
+    }
     assert menu(html, "kind")["tool_call"] == "relay call (3+)"
     assert menu(html, "state")["all"] == "all (3+)"
     assert re.search(r'data-chip="claim=unclaimed"[^>]*>[^<]*<span class="chip-count">3\+<', html)
@@ -132,12 +152,13 @@ def test_a_list_update_brings_the_menus_counts_for_its_filters(reviewer, rows):
     assert snapshot == counts
 
 
-def test_live_count_pushes_leave_the_menus_to_the_list_updates(reviewer, rows):
-    """A change's count push (the list's count and the chips') counts no menu: the menus'
-    counts follow with the next list update, as the page's filters do."""
+def test_live_count_pushes_carry_the_menus_counts_too(reviewer, rows):
+    """A filtered list's count push carries every count of its page (issue 33: the menus'
+    counts followed only when the list was drawn again), the same as the list's own."""
     counted = rendering.list_counts(reviewer, {"kind": "question"})
-    assert "options" not in counted["counts"] and counted["menus"] == {}
-    assert "filter-" not in rendering.counts_html(counted)
+    assert "options" in counted["counts"] and counted["menus"]
+    pushed = swapped(rendering.counts_html(counted))
+    assert pushed == swapped(rendering.request_list(reviewer, {"kind": "question"}, 1))
 
 
 def test_any_agent_name_names_its_option_safely(reviewer):

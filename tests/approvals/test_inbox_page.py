@@ -188,6 +188,7 @@ def test_filters_search_sort_and_chips_are_kept_in_the_url(reviewer, halted):
     assert chips == {
         "claim=mine": "1",
         "claim=unclaimed": "1",
+        "claim=routed": "0",
         "overdue=1": "0",
         "hidden=only": "0",
     }
@@ -264,7 +265,8 @@ def test_the_inbox_costs_the_same_queries_for_5_or_25_requests(
     for captured in (seen, again):
         assert sum("COUNT(" in q["sql"] for q in captured.captured_queries) == 2
     if not selected:
-        assert len(seen) == 7  # session, user, permissions, the counts' two, rows, calls
+        # session, user, permissions, the counts' two, rows, calls, the viewer's next snooze end
+        assert len(seen) == 8
 
 
 # -- links that cannot be followed say why --------------------------------------------------------

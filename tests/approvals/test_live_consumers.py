@@ -197,6 +197,8 @@ async def test_a_new_pending_request_is_inserted_at_the_top():
         assert count == (
             '<p class="count" id="request-count" data-count="1" data-pending="1"'
             ' hx-swap-oob="true">1 request pending</p>'
+            # "all N matching" with it, from the same count (issue 33)
+            '<span id="bulk-all-label" hx-swap-oob="true">all 1 matching</span>'
         )
         # nothing else for the inbox: run-only changes go to the run group
         assert await comm.receive_nothing(timeout=0.2)
@@ -241,6 +243,8 @@ async def test_a_decision_deletes_the_card_for_pending_and_replaces_it_for_all()
         assert count == (
             '<p class="count" id="request-count" data-count="0" data-pending="0"'
             ' hx-swap-oob="true">0 requests pending</p>'
+            # "all N matching" with it, from the same count (issue 33)
+            '<span id="bulk-all-label" hx-swap-oob="true">all 0 matching</span>'
         )
         assert await pending.receive_nothing(timeout=0.2)
 
@@ -1122,6 +1126,7 @@ async def test_a_filtered_pages_count_frame_carries_its_chip_counts(settings):
         assert _chips(frame) == {
             "claim=mine": "0",
             "claim=unclaimed": "1",
+            "claim=routed": "0",
             "overdue=1": "0",
             "hidden=only": "0",
         }
@@ -1153,6 +1158,8 @@ async def test_a_plain_pages_chips_follow_a_claim_by_another_reviewer(settings):
         assert await mine.receive_from(timeout=TIMEOUT) == (
             '<p class="count" id="request-count" data-count="1" data-pending="1"'
             ' hx-swap-oob="true">1 request pending</p>'
+            # "all N matching" with it, from the same count (issue 33)
+            '<span id="bulk-all-label" hx-swap-oob="true">all 1 matching</span>'
         )
         # then the viewer's chips, counted once the coalescing window passed
         frame = await mine.receive_from(timeout=TIMEOUT)
@@ -1160,6 +1167,7 @@ async def test_a_plain_pages_chips_follow_a_claim_by_another_reviewer(settings):
         assert _chips(frame) == {
             "claim=mine": "0",
             "claim=unclaimed": "0",
+            "claim=routed": "0",
             "overdue=1": "0",
             "hidden=only": "0",
         }

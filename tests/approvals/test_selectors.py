@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from approvals import selectors, services
 from approvals.models import ApprovalRequest
-from approvals.selectors import InboxQuery
+from approvals.selectors import InboxQuery, sql
+from approvals.selectors import counts as count_statements
 
 from .factories import claim, counts, ids, inbox, make_request, make_user
 
@@ -245,6 +246,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings, cap):
         "matching": 4,
         "mine": 1,
         "unclaimed": 2,
+        "routed": 0,
         "overdue": 2,
         "hidden": 1,
         "waiting": 4,  # the title's: pending less what I hid, whatever the filters
@@ -253,6 +255,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings, cap):
         "matching": 3,
         "mine": 1,
         "unclaimed": 1,
+        "routed": 0,
         "overdue": 2,
         "hidden": 1,
         "waiting": 4,
@@ -262,6 +265,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings, cap):
         "matching": 1,
         "mine": 1,
         "unclaimed": 2,
+        "routed": 0,
         "overdue": 1,
         "hidden": 1,
         "waiting": 4,
@@ -270,6 +274,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings, cap):
         "matching": 2,
         "mine": 1,
         "unclaimed": 1,
+        "routed": 0,
         "overdue": 2,
         "hidden": 0,
         "waiting": 4,
@@ -278,6 +283,7 @@ def test_counts_give_each_chip_with_the_other_filters(settings, cap):
         "matching": 1,
         "mine": 1,
         "unclaimed": 0,
+        "routed": 0,
         "overdue": 0,
         "hidden": 1,
         "waiting": 4,
@@ -300,6 +306,7 @@ def test_counting_stops_past_the_cap_and_reads_as_more_than_it():
         "matching": 1,  # under the cap: exact
         "mine": 0,
         "unclaimed": 1,
+        "routed": 0,
         "overdue": 0,
         "hidden": 3,  # 4 hidden: counting stopped at cap + 1
         "waiting": 1,
@@ -485,7 +492,7 @@ def test_a_searchs_option_counts_match_option_by_option(
             counted = selectors.inbox_counts(
                 InboxQuery(**query), user_id=me.pk, cap=cap, options=MENUS, newest=True
             )
-        monkeypatch.setattr(selectors, "_options_of_a_search", lambda *a, **k: None)
+        monkeypatch.setattr(count_statements, "_options_of_a_search", lambda *a, **k: None)
         assert (
             selectors.inbox_counts(
                 InboxQuery(**query), user_id=me.pk, cap=cap, options=MENUS, newest=True
@@ -587,19 +594,19 @@ def test_a_search_finding_few_of_a_large_scope_still_counts_each_up_to_the_cap(
     if query == {"q": "refund"}:
         assert found["hidden"] == 3  # 5 hidden: stopped at cap + 1
     assert all(n <= 3 for name, n in found.items() if name not in ("options", "newest"))
-    monkeypatch.setattr(selectors, "_options_of_a_search", lambda *a, **k: None)
+    monkeypatch.setattr(count_statements, "_options_of_a_search", lambda *a, **k: None)
     assert counted() == found  # option by option: the same counts, every one
 
 
 # -- counting statements compiled once per shape -----------------------------------------------
 
 BUILDERS = [
-    selectors._first_statement,
-    selectors._search_options_statement,
-    selectors._one_pass_statement,
-    selectors._one_pass_with_waiting,
-    selectors._each_capped_with_waiting,
-    selectors._each_capped_statement,
+    count_statements._first_statement,
+    count_statements._search_options_statement,
+    count_statements._one_pass_statement,
+    count_statements._one_pass_with_waiting,
+    count_statements._each_capped_with_waiting,
+    count_statements._each_capped_statement,
 ]
 
 
@@ -621,7 +628,7 @@ def test_a_statement_compiled_once_binds_to_each_moment_as_if_compiled_then(
     result is the very statement the ORM compiles at that `now` (SQL and parameters), for
     every shape of count."""
     settings.TOOLNEXUS_CLAIM_MINUTES = claim_minutes
-    shape = selectors._CountShape(
+    shape = sql._CountShape(
         query=query,
         user_id=7,
         hidden_agents=("demo2",),
@@ -632,7 +639,7 @@ def test_a_statement_compiled_once_binds_to_each_moment_as_if_compiled_then(
     for now in (timezone.now(), timezone.now() - timedelta(days=3, microseconds=17)):
         for build in BUILDERS:
             fresh = build(shape, now)
-            bound = build(shape, selectors._STAND_IN_NOW).sql.at(now)
+            bound = build(shape, sql._STAND_IN_NOW).sql.at(now)
             assert (bound.sql, bound.params) == (fresh.sql.sql, fresh.sql.params), build
 
 
@@ -650,6 +657,7 @@ def test_counts_follow_the_moment_they_are_asked_at():
         "matching": 2,
         "mine": 0,
         "unclaimed": 1,
+        "routed": 0,
         "overdue": 0,
         "hidden": 1,
         "waiting": 2,
@@ -658,6 +666,7 @@ def test_counts_follow_the_moment_they_are_asked_at():
         "matching": 3,
         "mine": 0,
         "unclaimed": 3,
+        "routed": 0,
         "overdue": 0,
         "hidden": 0,
         "waiting": 3,

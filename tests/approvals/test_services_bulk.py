@@ -191,3 +191,55 @@ def test_bulk_decides_each_in_its_own_transaction_and_keeps_what_was_done(monkey
 
     in_another_connection(read)
     assert [seen[r.pk] for r in rows] == ["declined", "declined", "pending"]
+
+
+def test_a_bulk_decision_is_announced_once_as_a_whole(django_capture_on_commit_callbacks):
+    """Each request decided announces its change tagged with the bulk decision's id; then
+    one `bulk_decided` names who decided what (only the requests decided: not the missing)."""
+    from approvals import events
+    from approvals.live.publisher import request_message
+
+    reviewer = make_user()
+    a, b = (
+        _halted("Refund order A-7, $1", make_user()),
+        _halted("Refund order A-8, $2", make_user()),
+    )
+    heard: dict[str, list] = {"changed": [], "bulk": []}
+
+    def on_changed(sender, **kw):
+        heard["changed"].append(kw)
+
+    def on_bulk(sender, **kw):
+        heard["bulk"].append(kw)
+
+    events.changed.connect(on_changed)
+    events.bulk_decided.connect(on_bulk)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.requests_bulk(
+                request_ids=[a.request_id, "nope", b.request_id], user=reviewer, action="decline"
+            )
+    finally:
+        events.changed.disconnect(on_changed)
+        events.bulk_decided.disconnect(on_bulk)
+    [whole] = heard["bulk"]
+    assert (whole["user_id"], whole["username"], whole["verb"]) == (
+        reviewer.pk,
+        reviewer.get_username(),
+        "declined",
+    )
+    assert whole["requests"] == [(a.pk, a.agent), (b.pk, b.agent)]
+    tagged = {kw["request_pk"]: kw["bulk"] for kw in heard["changed"] if kw["request_pk"]}
+    assert tagged == {a.pk: whole["bulk"], b.pk: whole["bulk"]}
+    row = ApprovalRequest.objects.get(pk=a.pk)
+    assert request_message(row, created=False, change="x", bulk=whole["bulk"])["bulk"]
+    # a decision on its own card carries none
+    c = _halted("Refund order A-9, $3", make_user())
+    heard["changed"].clear()
+    events.changed.connect(on_changed)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.request_decline(request_id=c.request_id, user=reviewer, reason="no")
+    finally:
+        events.changed.disconnect(on_changed)
+    assert {kw["bulk"] for kw in heard["changed"]} == {None}

@@ -551,10 +551,10 @@ def test_the_bulk_bars_all_matching_reads_the_capped_count_and_what_one_decision
         make_request()
     client = session_client(reviewer)
     html = client.get("/").content.decode()
-    assert 'id="bulk-all"> all 3 matching</label>' in html
+    assert '<span id="bulk-all-label">all 3 matching</span>' in html
     settings.TOOLNEXUS_INBOX_COUNT_CAP = 2
     html = client.get("/").content.decode()
-    assert 'id="bulk-all"> all 2+ matching (at most 500)</label>' in html  # not "all 3"
+    assert '<span id="bulk-all-label">all 2+ matching (at most 500)</span>' in html  # not "all 3"
     assert "all 3 matching" not in html
 
 

@@ -193,8 +193,9 @@ def test_decline_with_htmx_answers_the_card_in_place(reviewer, halted):
     assert html.lstrip().startswith(f'<article id="request-{row.pk}"')
     assert "<html" not in html
     assert "state-declined" in html
-    assert "Declined." in html
-    assert "no refunds on Sundays" in html
+    # said once: the footer and the toast, no "Declined." notice besides them
+    assert "Declined.</p>" not in html and "<strong>Declined</strong> by" in html
+    assert "You declined: no refunds on Sundays" in html
     assert reviewer.username in html
     assert url(row, "decline") not in html  # decided: no forms left
 
@@ -610,7 +611,8 @@ def test_edit_preview_shows_a_diff_then_approve_runs_the_edited_arguments(review
 
     response = client.post(url(row, "approve"), {"input": json.dumps(edited)}, headers=HX)
     assert response.status_code == 200
-    assert "Approved." in response.content.decode()
+    html = response.content.decode()
+    assert "Approved.</p>" not in html and "<strong>Approved with edits</strong> by" in html
     call = RequestCall.objects.get(request=row)
     assert call.decision == "edit"
     assert call.edited_input == {"order": "A-1001", "amount": 99}
@@ -758,7 +760,7 @@ def test_per_call_approve_one_decline_the_other(reviewer, two_calls):
         headers=HX,
     )
     assert response.status_code == 200
-    assert "Decisions sent." in response.content.decode()
+    assert "You sent your decisions on refund and send_email" in response.content.decode()
     assert fresh_row(row).state == "approved"
     drain()
     run = fresh(run)

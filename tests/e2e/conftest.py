@@ -37,6 +37,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "e2e-" + secrets.token_urlsafe(12)
 WAIT = 15  # seconds: the longest any single wait may take
+START_WAIT = 60  # seconds: an app starting on a loaded machine (a plain serve took 16-20 s there)
 FAILED = pytest.StashKey[bool]()
 LOGS = pytest.StashKey[list]()
 
@@ -131,7 +132,7 @@ class App:
                 )
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + WAIT
+        deadline = time.monotonic() + START_WAIT
         last: object = None
         while time.monotonic() < deadline:
             self.check_alive()
@@ -144,7 +145,9 @@ class App:
                 last = exc
             time.sleep(0.1)
         logs = "\n".join(log.read_text(errors="replace") for _, _, log in self.processes)
-        raise RuntimeError(f"the app did not answer within {WAIT} s (last: {last!r}):\n{logs}")
+        raise RuntimeError(
+            f"the app did not answer within {START_WAIT} s (last: {last!r}):\n{logs}"
+        )
 
     def stop(self) -> None:
         for _, proc, _ in reversed(self.processes):

@@ -78,6 +78,7 @@ def test_rows_open_in_the_detail_pane_with_the_url_and_the_back_button(app, api,
     halted_run(api, f"ask a question (layout {t})")
     other.goto(app.url(f"/?q=layout+{t}"))
     expect(other.locator("#request-rows li.row")).to_have_count(3)
+    other.locator("#filter-box > summary").click()  # agent, kind and state: in the menu
     other.select_option("#inbox-filters select[name=kind]", "question")
     expect(other).to_have_url(re.compile(r"[?&]kind=question"))
     expect(other.locator("#request-rows li.row")).to_have_count(1)
@@ -105,6 +106,7 @@ def test_the_live_list_follows_filters_changed_without_a_reload(app, api, contex
     page = login(contexts(), app, "reviewer")
     open_inbox(page, app, f"q=follow+{t}")
     expect(page.locator("#request-rows li.row")).to_have_count(1)
+    page.locator("#filter-box > summary").click()  # agent, kind and state: in the menu
     page.select_option("#inbox-filters select[name=kind]", "tool_call")
     expect(page).to_have_url(re.compile(r"[?&]kind=tool_call"))
     expect(page.locator("#request-rows li.row")).to_have_count(0)
@@ -134,13 +136,15 @@ def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, context
     expect(page.locator("#detail")).to_be_hidden()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
-    # the first screen shows requests: search stays, the other filters fold into "Filters"
-    # (its summary says what is on), the bulk buttons wait for a selection
+    # the first screen shows requests: search, sort and chips stay, agent, kind and state
+    # fold into the "Filters" menu (its summary says what is on), the bulk buttons wait for a
+    # selection
     box = page.locator("#filter-box")
     expect(box).not_to_have_attribute("open", "")
     expect(box.locator("summary")).to_contain_text("Filters")
-    expect(page.locator("#filter-summary")).to_have_text("Pending · newest first")
+    expect(page.locator("#filter-summary")).to_have_text("Pending")
     expect(page.locator("#inbox-search")).to_be_visible()
+    expect(page.locator("#inbox-filters select[name=sort]")).to_be_visible()
     expect(page.locator("#inbox-filters select[name=kind]")).to_be_hidden()
     expect(page.get_by_role("button", name="Approve selected")).to_be_hidden()
     assert page.evaluate("window.scrollY") == 0
@@ -158,12 +162,15 @@ def test_a_phone_shows_the_list_and_the_request_as_two_screens(app, api, context
     box.locator("summary").click()
     expect(page.locator("#inbox-filters select[name=kind]")).to_be_visible()
     shoot(page, "1b-phone-filters")
+    box.locator("summary").click()  # the menu closed: the sort and chips beside it
     page.select_option("#inbox-filters select[name=sort]", "oldest")
     expect(page).to_have_url(re.compile(r"[?&]sort=oldest"))
     page.locator('#inbox-chips a[data-chip="claim=unclaimed"]').click()
     expect(page).to_have_url(re.compile(r"[?&]claim=unclaimed"))
-    box.locator("summary").click()
-    expect(page.locator("#filter-summary")).to_have_text("Pending · oldest first · unclaimed")
+    expect(page.locator("#filter-summary")).to_have_text("Pending")
+    expect(page.locator('#inbox-chips a[data-chip="claim=unclaimed"]')).to_have_attribute(
+        "aria-current", "true"
+    )
     expect(page.locator("#request-rows li.row")).to_have_count(3)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shoot(page, "1c-phone-filtered")
@@ -212,7 +219,10 @@ def test_wide_screens_use_their_width_and_toasts_stay_off_the_request(
     open_inbox(page, app, f"q={t}&r={request_id}")
     card = page.locator(f'#detail article.card[data-request-id="{request_id}"]')
     expect(card).to_be_visible()
-    expect(page.locator("#filter-box")).to_have_attribute("open", "")  # filters in sight
+    # search, sort and chips in sight on the toolbar, agent, kind and state behind its menu
+    expect(page.locator("#inbox-search")).to_be_visible()
+    expect(page.locator("#inbox-filters select[name=sort]")).to_be_visible()
+    expect(page.locator("#inbox-chips a.chip").first).to_be_visible()
 
     # the list and the request use the screen: no column kept for toasts, up to 96rem wide
     used, detail = page.evaluate(
@@ -334,7 +344,7 @@ def test_toasts_leave_the_keyboard_cursor_and_the_last_row_in_sight(app, api, co
     page.evaluate("() => window.scrollTo(0, 0)")
     found = page.evaluate(ROWS_UNDER_TOASTS)
     assert found["toasts"] >= 1 and found["scrollY"] == 0, found
-    page.locator("#sound-toggle").focus()
+    page.locator("#bulk-all").focus()  # the last control above the rows
     page.keyboard.press("Tab")
     page.keyboard.press("Tab")
     found = page.evaluate(ROWS_UNDER_TOASTS)
@@ -360,6 +370,11 @@ def test_toasts_leave_the_keyboard_cursor_and_the_last_row_in_sight(app, api, co
 
     # j down to the last row again, focus in the request's pane
     found = walk(page, "j", lambda f: f["at"] == last, "down from the request")
+    # each j opened the row it reached; focus is on the last one once it has loaded (a
+    # swap replaces the pane, and the card takes focus when it settles)
+    last_id = page.locator("#request-rows li.row").nth(last).get_attribute("data-request-id")
+    expect(page.locator(f"#detail article.card[data-request-id='{last_id}']")).to_be_focused()
+    found = page.evaluate(ROWS_UNDER_TOASTS)
     assert found["scrollY"] > 0 and found["focus"] == "detail", found
     shoot(page, "4-cursor-at-the-end-from-the-request")
 

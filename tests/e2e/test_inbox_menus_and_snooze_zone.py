@@ -46,6 +46,7 @@ def test_menu_counts_follow_the_filters_and_the_menu_keeps_the_focus(app, api, c
 
     # the keyboard on the kind menu: the next option is chosen, the list follows (htmx)
     kind = page.locator("#inbox-filters select[name=kind]")
+    page.locator("#filter-box > summary").click()  # agent, kind and state: in the menu
     kind.focus()
     page.evaluate("() => { document.activeElement.dataset.e2eKept = '1'; }")
     kind.press("ArrowDown")
@@ -150,7 +151,8 @@ def test_an_unsent_snooze_choice_survives_a_redraw_of_the_claim_bar(
     form = bar.locator("form.snooze")
     expect(form.locator("input[name=tz]")).not_to_have_value("")
     if choice == "minutes":
-        form.locator("input[name=minutes]").fill("45")  # typing the minutes chooses "minutes"
+        form.locator("select[name=for]").select_option(choice)  # the minutes box shows
+        form.locator("input[name=minutes]").fill("45")
     else:
         form.locator("select[name=for]").select_option(choice)
     expect(form.locator("select[name=for]")).to_have_value(choice)

@@ -99,6 +99,7 @@ def test_a_notification_for_a_new_request_opens_it_when_clicked(app, api, contex
     page.wait_for_function("() => window.__notes.length === 2")
     assert notes(page)[1]["tag"] == f"toolnexus-{third}"
     page.evaluate(SHOW_TAB)
+    page.locator("#filter-box > summary").click()  # agent, kind and state: in the menu
     page.select_option("#inbox-filters select[name=kind]", "question")
     expect(page).to_have_url(re.compile(r"[?&]kind=question"))
     expect(row_of(page, third)).to_have_count(0)

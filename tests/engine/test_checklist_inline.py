@@ -408,3 +408,31 @@ async def test_parked_wait_for_answered_from_outside_resolves_each_relay_call(ba
     assert r.status == "done" and len(r.tool_calls) == 3
     assert prov.results_seen() == {"c1": "alpha@host", "c2": "beta@host", "c3": "gamma@host"}
     assert_balanced(r.messages, prov.shape)
+
+
+# -- HALT: wait_for leaves a suspension to halt the run ----------------------------------
+
+
+@all_backends
+async def test_wait_for_returning_halt_halts_on_that_call_and_settles_the_others(backend):
+    from toolnexus import HALT
+
+    seen = []
+
+    def wait_for(req):
+        seen.append(req)
+        amount = json.loads(req.data["calls"][0]["arguments"])["amount"]
+        return answer_output(req.id, "refunded") if amount < 50 else HALT
+
+    prov = FakeProvider(
+        backend,
+        calls(C("small", "refund", {"amount": 5}), C("big", "refund", {"amount": 500})),
+        say("done"),
+    )
+    async with await kit(refund_relay()) as tk:
+        r = await prov.client(wait_for=wait_for).run("refund both", tk)
+    assert len(seen) == 2
+    assert r.status == "pending" and r.pending is not None
+    assert [c["id"] for c in r.pending.data["calls"]] == ["big"]
+    small = next(t for t in r.tool_calls if t["id"] == "small")
+    assert small["output"] == "refunded" and small["is_error"] is False

@@ -251,6 +251,138 @@ def tools() -> list[Tool]:
     ]
 
 
+# -- a team: a coordinator delegates to a payer ----------------------------------------------
+#
+# `faults-team`: the coordinator hands the run's prompt to the `payer` member through `task`;
+# the payer relays `pay` (halts at the root; approved through the API, so its executor runs
+# in the worker), then calls `stamp` (native, journaled under the payer's handle), then
+# replies with both results; the coordinator replies with the payer's text. Kill points of
+# the cascade after the approval: `executor` (inside pay), `native` (inside stamp),
+# `child_final` (the payer's final reply generated, the coordinator not yet run again) and
+# `final` (the coordinator's final reply generated, nothing stored).
+
+TEAM_AGENT = "faults-team"
+TEAM_KILL_POINTS = ("executor", "native", "child_final", "final")
+COORDINATOR_PROMPT = "agent:coordinator"
+PAYER_PROMPT = "agent:payer"
+
+
+def _member(messages: list[dict[str, Any]]) -> str:
+    first = messages[0] if messages else {}
+    return str(first.get("content") or "") if first.get("role") == "system" else ""
+
+
+def team_generate(request: InProcessRequest) -> InProcessResponse:
+    messages = request.messages
+    config = _config(messages)
+    base = {"tag": config["tag"], "kill": config["kill"]}
+    turns = sum(1 for m in messages if m.get("role") == "assistant")
+    results = [m for m in messages if m.get("role") == "tool"]
+    if _member(messages) == COORDINATOR_PROMPT:
+        if turns == 0:
+            task = {
+                "agent": "payer",
+                "prompt": next(m["content"] for m in messages if m.get("role") == "user"),
+            }
+            return InProcessResponse(tool_calls=[InProcessToolCall("call_task", "task", task)])
+        return InProcessResponse(content="coordinator read: " + str(results[-1].get("content")))
+    if turns == 0:
+        return InProcessResponse(
+            tool_calls=[InProcessToolCall("call_pay", "pay", {**base, "amount": 7})]
+        )
+    if turns == 1:
+        return InProcessResponse(tool_calls=[InProcessToolCall("call_stamp", "stamp", base)])
+    names = _names(messages)
+    seen = [f"{names.get(m.get('tool_call_id'), '?')}={m.get('content')}" for m in results]
+    return InProcessResponse(content="payer read: " + " | ".join(seen))
+
+
+def _team_after_llm(info: dict[str, Any]) -> None:
+    messages = info["messages"]
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return
+    point = "final" if _member(messages) == COORDINATOR_PROMPT else "child_final"
+    die_once(_config(messages), point)
+
+
+def team_members() -> list[Any]:
+    from toolnexus.agents import Agent
+
+    return [
+        Agent("coordinator", system_prompt=COORDINATOR_PROMPT, tools=[], team=["payer"]),
+        Agent("payer", system_prompt=PAYER_PROMPT, tools=["pay", "stamp"]),
+    ]
+
+
+# -- a chain three levels deep: a coordinator delegates to a desk that delegates to a payer --
+#
+# `faults-chain`: the coordinator hands the run's prompt to `desk` through `task`, the desk
+# hands it to `payer` through `task`; the payer relays `pay` (halts at the root, `data.path`
+# names the payer three levels down), then calls `stamp`, then replies with both results;
+# the desk replies with the payer's text, the coordinator with the desk's. Kill points of the
+# cascade after the approval: `deep_final` (the payer's final reply generated: the deepest
+# agent resumed and finished, its parent not yet run again), `mid_task` (the desk's `task`
+# call answered with the payer's text: a child finished, its parent's turn not yet stored),
+# `top_task` (the same one level up: the coordinator's `task` call answered by the desk).
+
+CHAIN_AGENT = "faults-chain"
+CHAIN_KILL_POINTS = ("deep_final", "mid_task", "top_task")
+DESK_PROMPT = "agent:desk"
+
+
+def chain_generate(request: InProcessRequest) -> InProcessResponse:
+    messages = request.messages
+    member = _member(messages)
+    if member == PAYER_PROMPT:
+        return team_generate(request)
+    turns = sum(1 for m in messages if m.get("role") == "assistant")
+    results = [m for m in messages if m.get("role") == "tool"]
+    if turns == 0:
+        task = {
+            "agent": "desk" if member == COORDINATOR_PROMPT else "payer",
+            "prompt": next(m["content"] for m in messages if m.get("role") == "user"),
+        }
+        return InProcessResponse(tool_calls=[InProcessToolCall("call_task", "task", task)])
+    who = "coordinator" if member == COORDINATOR_PROMPT else "desk"
+    return InProcessResponse(content=f"{who} read: " + str(results[-1].get("content")))
+
+
+def _chain_after_llm(info: dict[str, Any]) -> None:
+    messages = info["messages"]
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return
+    if _member(messages) == PAYER_PROMPT:
+        die_once(_config(messages), "deep_final")
+
+
+def _chain_after_turn(info: dict[str, Any]) -> None:
+    if info.get("pending") is not None:
+        return  # the turn halted (on the child's request): the normal stop
+    messages = info["messages"]
+    last = next(
+        (m for m in reversed(messages) if m.get("role") == "assistant" and m.get("tool_calls")),
+        None,
+    )
+    names = {tc["function"]["name"] for tc in (last or {}).get("tool_calls") or []}
+    if "task" not in names:
+        return
+    member = _member(messages)
+    point = "top_task" if member == COORDINATOR_PROMPT else "mid_task"
+    die_once(_config(messages), point)
+
+
+def chain_members() -> list[Any]:
+    from toolnexus.agents import Agent
+
+    return [
+        Agent("coordinator", system_prompt=COORDINATOR_PROMPT, tools=[], team=["desk"]),
+        Agent("desk", system_prompt=DESK_PROMPT, tools=[], team=["payer"]),
+        Agent("payer", system_prompt=PAYER_PROMPT, tools=["pay", "stamp"]),
+    ]
+
+
 # -- database faults on the audit trail ------------------------------------------------------
 
 
@@ -310,6 +442,32 @@ if os.environ.get(DIR_ENV):
         executors={"pay": _pay, "ship": _ship},
         system_prompt="You are a fault-injection agent.",
         description="tests/faults: dies where the prompt says",
+        replace=True,
+    )
+    agents.register(
+        TEAM_AGENT,
+        model=lambda: create_in_process_client(
+            generate=team_generate,
+            model="faults-team-in-process",
+            hooks={"after_llm": _team_after_llm},
+        ),
+        tools=tools,
+        executors={"pay": _pay, "ship": _ship},
+        team=team_members(),
+        description="tests/faults: a team that dies where the prompt says",
+        replace=True,
+    )
+    agents.register(
+        CHAIN_AGENT,
+        model=lambda: create_in_process_client(
+            generate=chain_generate,
+            model="faults-chain-in-process",
+            hooks={"after_llm": _chain_after_llm, "after_turn": _chain_after_turn},
+        ),
+        tools=tools,
+        executors={"pay": _pay, "ship": _ship},
+        team=chain_members(),
+        description="tests/faults: a three-level chain that dies where the prompt says",
         replace=True,
     )
     post_save.connect(_on_event, sender=Event, dispatch_uid="tests.faults.agents.on_event")

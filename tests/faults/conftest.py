@@ -172,6 +172,8 @@ def base_env(db_url: str, redis_url: str, workdir: Path) -> dict[str, str]:
         TOOLNEXUS_FAULTS_DIR=str(workdir),
         TOOLNEXUS_RUN_LEASE_SECONDS=str(LEASE_SECONDS),
         TOOLNEXUS_MAINTENANCE_SECONDS=str(MAINTENANCE_SECONDS),
+        # Every task row kept: the tests count the tasks each run had (tasks_for).
+        TOOLNEXUS_KEEP_FINISHED_TASKS_SECONDS="86400",
         TOOLNEXUS_WORKER_INTERVAL="0.1",
         TOOLNEXUS_LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",

@@ -32,7 +32,8 @@ from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from approvals import api, services
+from approvals import services
+from approvals.api import api, schemas
 from approvals.execution import store
 from approvals.models import ApprovalRequest, Run
 from tests.approvals.factories import bearer, make_user, registered_mock_agent, start_and_halt
@@ -232,7 +233,7 @@ def world():
 
 @cache
 def documented() -> dict[tuple[str, str], set[int]]:
-    schema = api.api.get_openapi_schema()
+    schema = api.get_openapi_schema()
     return {
         (method.upper(), path): {int(code) for code in op["responses"]}
         for path, ops in schema["paths"].items()
@@ -241,10 +242,10 @@ def documented() -> dict[tuple[str, str], set[int]]:
 
 
 RESPONSES = {
-    "RunOut": TypeAdapter(api.RunOut),
-    "RequestOut": TypeAdapter(api.RequestOut),
-    "RunPage": TypeAdapter(api.RunPage),
-    "RequestPage": TypeAdapter(api.RequestPage),
+    "RunOut": TypeAdapter(schemas.RunOut),
+    "RequestOut": TypeAdapter(schemas.RequestOut),
+    "RunPage": TypeAdapter(schemas.RunPage),
+    "RequestPage": TypeAdapter(schemas.RequestPage),
     "Messages": TypeAdapter(list[dict[str, Any]]),
 }
 

@@ -55,7 +55,7 @@ class App:
         )
 
     def database_errors(self) -> dict[str, int]:
-        """The server log's database errors (approvals/api.py logs each 503), counted."""
+        """The server log's database errors (approvals.api logs each 503), counted."""
         lines = self.log.read_text(errors="replace").splitlines()
         return dict(Counter(line for line in lines if line.startswith("django.db.utils.")))
 

@@ -26,7 +26,7 @@ Everything the runtime knows is plain JSON (`to_dict()`; `Runtime(..., state=...
 halt can be stored in a database row and resumed by another process.
 """
 
-from .runtime import Runtime
+from .runtime import Runtime, current_handle
 from .state import (
     STATUSES,
     Agent,
@@ -44,4 +44,5 @@ __all__ = [
     "ConversationStore",
     "Handle",
     "Runtime",
+    "current_handle",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -34,7 +35,20 @@ from .state import (
     add_usage,
 )
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "current_handle"]
+
+# The handle whose model loop is running in this context (tools it calls see it).
+_CURRENT_HANDLE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "toolnexus_current_handle", default=None
+)
+
+
+def current_handle() -> str | None:
+    """The id of the handle whose loop called the running tool (`root/coordinator.1`), or
+    None outside a runtime: a host that journals tool executions keys them with it, since
+    call ids and transcript positions repeat from one handle to another."""
+    return _CURRENT_HANDLE.get()
+
 
 _NO_TURN_CAP = 1 << 30  # the loop's own cap stays out of the way: budgets count turns
 
@@ -400,6 +414,7 @@ class Runtime:
         self._move(h, "running")
         outcome: dict[str, Any]
         result: RunResult | None = None
+        current = _CURRENT_HANDLE.set(h.id)
         try:
             client, toolkit = self._client(h), self._toolkit(h)
             if resume is None:
@@ -426,6 +441,8 @@ class Runtime:
                 "text": f"{type(exc).__name__}: {exc}",
                 "error": repr(exc),
             }
+        finally:
+            _CURRENT_HANDLE.reset(current)
         if result is None:  # what the failed run spent still counts
             add_usage(h.usage, h.live_usage)
             h.tool_calls += h.live_calls

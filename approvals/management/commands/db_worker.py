@@ -19,9 +19,10 @@ from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as StockCommand
 from django_tasks_db.management.commands.db_worker import logger as stock_log
 
-from approvals.execution.worker import Worker
+from approvals.execution.worker import DeliveryWorker, Worker
 
 from ...conf import app_settings
+from ...execution.webhooks import WEBHOOK_QUEUE
 
 _SIGNALS = [
     signal.SIGINT,
@@ -39,6 +40,12 @@ class Command(StockCommand):
     def add_arguments(self, parser):
         super().add_arguments(parser)
         parser.set_defaults(interval=app_settings.WORKER_INTERVAL)
+        parser.add_argument(
+            "--no-webhooks",
+            action="store_true",
+            help="do not run the webhooks' delivery worker beside this one (run it elsewhere:"
+            " `db_worker --queue-name webhooks`)",
+        )
 
     def handle(
         self,
@@ -53,6 +60,7 @@ class Command(StockCommand):
         max_tasks: int | None,
         worker_id: str,
         exclude_queues: str,
+        no_webhooks: bool = False,
         **options,
     ) -> None:
         # The stock command's handling of its options, with the app's Worker.
@@ -66,7 +74,8 @@ class Command(StockCommand):
         excluded_queue_names = exclude_queues.split(",") if exclude_queues else []
         if excluded_queue_names and "*" not in queue_names:
             raise CommandError("--exclude-queues can only be used with --queue-name=*")
-        worker = Worker(
+        worker_class = DeliveryWorker if queue_names == [WEBHOOK_QUEUE] else Worker
+        worker = worker_class(
             queue_names=queue_names,
             excluded_queue_names=excluded_queue_names,
             interval=interval,
@@ -88,10 +97,31 @@ class Command(StockCommand):
         if reload:
             if reloader_child:
                 worker.configure_signals()
-            run_with_reloader(worker.run_forever)
+
+            def run() -> None:
+                with _deliveries_beside(worker, enabled=not no_webhooks):
+                    worker.run_forever()
+
+            run_with_reloader(run)
         else:
-            with _signals(worker):
+            with _signals(worker), _deliveries_beside(worker, enabled=not no_webhooks):
                 worker.run_forever()
+
+
+@contextmanager
+def _deliveries_beside(worker: Worker, *, enabled: bool) -> Iterator[None]:
+    """A delivery worker in a thread of its own beside a run worker, stopped with it."""
+    if not enabled or isinstance(worker, DeliveryWorker):
+        yield
+        return
+    deliveries = DeliveryWorker()
+    thread = threading.Thread(target=deliveries.run_forever, name="webhooks", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        deliveries.stop.set()
+        thread.join(timeout=15)
 
 
 @contextmanager

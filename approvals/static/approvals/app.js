@@ -199,6 +199,8 @@
   }
 
   function markChanged(card, what, stillPending) {
+    // A late decision's card (data-late) already says who decided: the news is said once.
+    if (!stillPending && card.dataset.late) return;
     cardNotice(card, "live-notice", what + (stillPending
       ? " What you typed stays here until you reload it."
       : " What you typed here was not sent."), true);
@@ -247,9 +249,11 @@
     if (!target) return;
 
     if (target.id === "toasts") {
-      // News about a card this tab is deciding or decided: its own answer says it.
+      // News about a card this tab is deciding or decided: its own answer says it; about a
+      // card the reviewer is working in: the card says it (markChanged), once.
       var toast = fragment && fragment.querySelector && fragment.querySelector(".toast[data-request]");
-      if (toast && (deciding[toast.dataset.request] || decidedHere[toast.dataset.request])) {
+      var about = toast && cardById(toast.dataset.request);
+      if (toast && (deciding[toast.dataset.request] || decidedHere[toast.dataset.request] || (about && inUse(about)))) {
         d.shouldSwap = false;
       }
       return;
@@ -403,6 +407,14 @@
     if (d.xhr.getResponseHeader("X-Toolnexus-Outcome") === "error") carried[d.target.id] = typedValues(d.target);
   });
 
+  // Somebody decided first, and the card stays in sight: its notice says who (cards.late);
+  // the answer's toast saying it too goes (it is for an inbox that moved on to the next).
+  function dropToastAbout(id) {
+    document.querySelectorAll("#toasts .toast[data-request]").forEach(function (t) {
+      if (t.dataset.request === id) t.remove();
+    });
+  }
+
   document.addEventListener("htmx:afterRequest", function (e) {
     var d = e.detail;
     if (!d || !d.xhr || !isCard(d.target)) return;
@@ -424,9 +436,12 @@
         var requestId = fresh.dataset.requestId;
         var row = rowOf(requestId);
         if (row && !listShows(d.xhr.getResponseHeader("X-Toolnexus-State"))) row.remove();
-        if (!inbox.selectFirstOf(wasDeciding.after || [])) focusCard(fresh);
+        if (inbox.selectFirstOf(wasDeciding.after || [])) return;
+        if (outcome === "warning") dropToastAbout(id);
+        focusCard(fresh);
         return;
       }
+      if (outcome === "warning") dropToastAbout(id);
     } else if (outcome === "error" && carried[id]) {
       restoreValues(fresh, carried[id]);
       fresh.dataset.dirty = "1";
@@ -546,6 +561,14 @@
     var search = new URL(e.detail.path, location.href).search;
     try { socket.send(JSON.stringify({ viewing: selectedId(), filters: search })); } catch (err) { /* reconnecting */ }
   }
+  // This reviewer hid or showed a request: the socket counts their list for them from now on
+  // (a count of every pending request would include what they hid).
+  function tellHides() {
+    if (!socket || !document.getElementById("inbox")) return;
+    try { socket.send(JSON.stringify({ hides: true })); } catch (err) { /* reconnecting */ }
+  }
+  document.addEventListener("toolnexus:hidden", tellHides);
+  document.addEventListener("toolnexus:unhidden", tellHides);
   document.addEventListener("htmx:pushedIntoHistory", tellFilters);
   document.addEventListener("htmx:replacedInHistory", tellFilters);
   document.addEventListener("htmx:historyRestore", syncSelection);
@@ -733,4 +756,32 @@
   document.addEventListener("submit", function (e) {
     if (e.target.matches && e.target.matches("form.snooze")) fillSnoozeZone(e.target);
   }, true);
+
+  // The inbox's Filters menu (a <details>, approvals/inbox.html) closes as a menu does: on
+  // Escape, and on a click outside it. Focus goes back to its summary (the menu's button)
+  // when it was in the menu or nowhere, never away from what a click outside chose. Capture
+  // phase, and the key marked handled, so the keys (inbox-keys.js) do not act on it too.
+  function openFilterBox() {
+    var box = document.getElementById("filter-box");
+    return box && box.open ? box : null;
+  }
+  function closeFilterBox(box) {
+    var active = document.activeElement;
+    var refocus = !active || active === document.body || box.contains(active);
+    box.open = false;
+    var summary = box.querySelector("summary");
+    if (refocus && summary) summary.focus();
+  }
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape" || e.defaultPrevented) return;
+    var box = openFilterBox();
+    var active = document.activeElement;
+    if (!box || (active && active !== document.body && !box.contains(active))) return;
+    e.preventDefault();
+    closeFilterBox(box);
+  }, true);
+  document.addEventListener("click", function (e) {
+    var box = openFilterBox();
+    if (box && !box.contains(e.target)) closeFilterBox(box);
+  });
 })();

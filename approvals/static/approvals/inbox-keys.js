@@ -1,10 +1,12 @@
 // The triage inbox from the keyboard, bulk selection, claims, and alerts (issue 14).
 // Every page works without this file; it only adds:
-// - keys (the list is in #keys-help, "?"): j/k move the cursor over the rows, Enter opens,
+// - keys (the list is in #keys-help, "?"): j/k move the cursor over the rows (and open the
+//   row reached while a request is open, unless the open one holds typed text), Enter opens,
 //   a approves (every call of a multi-call card, as its form stands by default; or goes to
 //   the typed result a request needs), d goes to the decline reason
 //   (Enter sends it, Shift+Enter is a new line), e edits the arguments, r goes to the typed
-//   result or answer the card marks (data-respond: where the service takes one), never to the
+//   result or answer the card marks (data-respond: where the service takes one; a question's
+//   typed answer, its "Other" chosen, before its options), never to the
 //   decline reason: a request that takes none says so in a toast; c claims / releases
 //   (from the list, the row shows it loading), x selects for a bulk decision, / searches,
 //   ? lists the keys, Esc closes the list or leaves a text field. Keys never fire while
@@ -42,6 +44,8 @@
   var detailLoading = false;
   var loads = 0;            // counts the detail loads this script asked for
   var queued = null;        // a key's action waiting for the opened request to load
+  var opening = null;       // request id of the row the keys asked to open, until it shows
+  var openingXhr = null;    // ...and the load bringing it (one it replaced may fail first)
   var decidingIndex = -1;   // the cursor's row index when a decision was sent
   var viewer = "";
 
@@ -89,6 +93,10 @@
     if (scroll !== false) row.scrollIntoView({ block: "nearest" });
   }
 
+  // j / k: the cursor moves one row; while a request is open, the row it reaches opens too
+  // (triage as Linear's and Gmail's: one key per request passed). An open request the
+  // reviewer typed or chose something in stays open: the cursor alone moves, and a note says
+  // how to open the row (Enter) once what was typed is sent or no longer wanted.
   function move(step) {
     queued = null;  // a field key pressed before is forgotten once the cursor moves
     var list = rows();
@@ -96,28 +104,39 @@
     var at = list.indexOf(cursorRow());
     var next = list[Math.max(0, Math.min(list.length - 1, at < 0 ? 0 : at + step))];
     setCursor(next);
+    var card = detailCard();
+    if (!card || next.dataset.requestId === openId()) return;
+    if (card.dataset.dirty || card.dataset.deciding || $("details.edit[open]", card)) {
+      say("The open request keeps what you typed: press Enter to open the row under the cursor.");
+      return;
+    }
+    openRow(next);
   }
 
   function openRow(row) {
     if (!row) return;
     setCursor(row);
     if (row.dataset.requestId === openId() && detailCard()) return;
+    if (detailLoading && opening === row.dataset.requestId) return;  // on its way already
     var api = window.toolnexusInbox;
     detailLoading = true;
+    opening = row.dataset.requestId;
+    openingXhr = null;  // the load of a row j/k passed is not this one's: its abort changes nothing
     var mine = ++loads;
-    setTimeout(function () { if (mine === loads && detailLoading) { detailLoading = false; runQueued(); } }, 5000);
+    setTimeout(function () { if (mine === loads && detailLoading) { detailLoading = false; opening = null; runQueued(); } }, 5000);
     if (api && typeof api.select === "function") { api.select(row.dataset.requestId); return; }
     var link = $("a.row-link", row);
     if (link) link.click();
   }
 
   // Approving acts only on the request the reviewer sees: with the cursor on another row,
-  // a opens that one (a second a approves it); while a request loads, a does nothing.
+  // a opens that one (a second a approves it); while a request loads, a says to wait.
   function approveKey() {
+    if (detailLoading) { say("The request is still opening: press a again once it shows."); return; }
     var row = cursorRow();
     if (row && row.dataset.requestId !== openId()) { openRow(row); return; }
     var card = detailCard();
-    if (detailLoading || !card) return;
+    if (!card) return;
     approve(card);
   }
 
@@ -359,8 +378,10 @@
       } else if ($(".actions", card)) say("This request takes no typed result: approve it (a) or decline it (d).");
       return;
     }
+    // a question's form: the first box to type an answer in (its "Other", chosen with it)
+    if (field.form && field.form.hasAttribute("data-respond")) field = $("[data-answer-text]", field.form) || field;
     var box = field.closest("fieldset");
-    var choice = box && box.querySelector('input[type=radio][name^="decision."][value="output"]');
+    var choice = box && box.querySelector('input[type=radio][name^="decision."][value="output"], input[type=radio][data-other]');
     if (choice) choice.checked = true;
     focusEnd(field);
   }
@@ -518,7 +539,7 @@
   // `upto`, the newest request (pk) they matched when the list was drawn (uptoOf), and
   // `drawn`, the moment it was drawn (drawnInput), which a list drawn again changes.
   function filtersOf(form) {
-    var cut = { csrfmiddlewaretoken: 1, upto: 1, drawn: 1 };
+    var cut = { csrfmiddlewaretoken: 1, upto: 1, drawn: 1, snapshot: 1 };
     return form ? $$("input[type=hidden]", form).filter(function (i) { return !cut[i.name]; })
       .map(function (i) { return i.name + "=" + i.value; }).join("&") : "";
   }
@@ -539,6 +560,9 @@
       return pk ? Math.max(most, Number(pk[1])) : most;
     }, 0);
   }
+  // Whether the bulk bar is still the one "all matching" was ticked on (its list not drawn
+  // again yet).
+  function drawnIsOld(form) { return !!(allFor && allFor.bar && allFor.bar === form); }
   // The list again at the page's own URL (filters, page and selection kept): its bulk bar too.
   function reloadList() {
     if (window.htmx && document.getElementById("request-list")) {
@@ -588,11 +612,23 @@
       reloadList();
     }
     if (all && all.checked) grewFor = null;
-    if (form) form.classList.toggle("has-selection", n > 0 || !!(all && all.checked));
+    // The snapshot of "all matching" (#bulk-snapshot, kept through redraws) goes with it.
+    var snapshot = document.getElementById("bulk-snapshot");
+    if (snapshot && all && !all.checked && snapshot.firstChild) snapshot.textContent = "";
+    // Ticked while newer rows were on screen: the list was drawn again for them, and the
+    // snapshot is taken again on it (with its `upto`), now that it is back.
+    if (all && all.checked && allFor && allFor.retake && !drawnIsOld(form)) {
+      allFor.retake = false;
+      htmx.trigger(all, "change");
+    }
+    var chosen = n > 0 || !!(all && all.checked);
+    if (form) form.classList.toggle("has-selection", chosen);
+    // Nothing chosen: the bulk buttons are hidden (app.css) and disabled, never enabled-looking-disabled.
+    if (form) $$("button[name=action]", form).forEach(function (b) { b.disabled = !chosen; });
     if (all && all.checked) count.textContent = "All matching requests selected";
     else if (n) count.textContent = n + " selected";
     else if (grewFor !== null && grewFor === filtersOf(form)) count.textContent = "New requests arrived: choose all matching again";
-    else count.textContent = "None selected (x selects)";
+    else count.textContent = "";
   }
 
   document.addEventListener("click", function (e) {
@@ -623,7 +659,12 @@
       allFor = el.checked ? allChoice(el.form) : null;
       // Checked while the list shows a request newer than its bar (it arrived live): the bar
       // is drawn again, and stays checked if nothing newer than those rows arrived meanwhile.
-      if (allFor && newestShown() > allFor.upto) { allFor.upto = newestShown(); reloadList(); }
+      if (allFor && newestShown() > allFor.upto) {
+        allFor.upto = newestShown();
+        allFor.retake = true;
+        allFor.bar = el.form;
+        reloadList();
+      }
       syncSelection();
     }
     if (el.matches && el.matches(".snooze select[name=for]") && el.value === "minutes") {
@@ -634,6 +675,11 @@
 
   document.addEventListener("input", function (e) {
     var el = e.target;
+    // typing a question's own answer chooses "Other" (the radio beside the box)
+    if (el.matches && el.matches(".other-answer [data-answer-text]")) {
+      var other = el.closest(".other-answer").querySelector("input[type=radio][data-other]");
+      if (other && el.value.trim()) other.checked = true;
+    }
     if (el.matches && el.matches(".snooze input[name=minutes]") && el.form) {
       var choice = el.form.querySelector("select[name=for]");
       if (choice && el.value) choice.value = "minutes";
@@ -648,6 +694,33 @@
     if (result) result.textContent = "";
   });
 
+  // htmx enables the bulk buttons again when the bulk request ends: disabled again while nothing is chosen.
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (e.target && e.target.id === "bulk-form") syncSelection();
+  });
+
+  // One confirmation per bulk decision, its result (#bulk-result): the live toasts about the
+  // requests it decided ("You approved ...", one per request) are not shown in this tab.
+  // Noted when it is sent, since a live update may arrive before its answer.
+  var bulkDecided = {};  // "request-<pk>" (a toast's data-request) -> true
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    if (!e.target || e.target.id !== "bulk-form") return;
+    var all = document.getElementById("bulk-all");
+    rows().forEach(function (row) {
+      var pk = /^row-(\d+)$/.exec(row.id || "");
+      if (pk && (selected[row.dataset.requestId] || (all && all.checked))) bulkDecided["request-" + pk[1]] = true;
+    });
+  });
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var d = e.detail;
+    if (!d || !d.target || d.target.id !== "toasts" || !d.fragment || !d.fragment.querySelector) return;
+    var toast = d.fragment.querySelector(".toast[data-request]");
+    if (toast && bulkDecided[toast.dataset.request]) d.shouldSwap = false;
+    // the whole decision's toast (another tab of the decider says it): this tab's result says it
+    var whole = d.fragment.querySelector(".toast[data-bulk]");
+    if (whole && whole.dataset.bulk.split(" ").some(function (id) { return bulkDecided[id]; })) d.shouldSwap = false;
+  });
+
   // The list again after a bulk decision (the decided rows leave it); the result stays
   // (#bulk-result is hx-preserve).
   document.addEventListener("toolnexus:bulk-done", function (e) {
@@ -659,6 +732,10 @@
     });
     var all = document.getElementById("bulk-all");
     if (all) all.checked = false;
+    // the reason went with the decision: the box is empty for the next one (it is
+    // hx-preserve, so no redraw of the list would empty it)
+    var reason = document.getElementById("bulk-reason");
+    if (reason && done.length) reason.value = "";
     allFor = grewFor = null;
     syncSelection();
     reloadList();
@@ -737,8 +814,13 @@
     // Whoever opens a request (a click, this file, app.js after a decision), keys wait for it.
     if (d && d.target && d.target.id === "detail") {
       detailLoading = true;
+      // a load that is not the row the keys asked for (a click elsewhere, the next request
+      // after a decision) replaces theirs: the request it opens is the one to follow
+      var from = d.elt && d.elt.closest ? d.elt.closest("#request-rows li.row") : null;
+      if (!from || from.dataset.requestId !== opening) opening = null;
+      else openingXhr = d.xhr;
       var mine = ++loads;
-      setTimeout(function () { if (mine === loads && detailLoading) { detailLoading = false; runQueued(); } }, 8000);
+      setTimeout(function () { if (mine === loads && detailLoading) { detailLoading = false; opening = null; runQueued(); } }, 8000);
     }
     if (!card || !d.requestConfig || d.requestConfig.verb !== "post") return;
     var row = rowById(card.dataset.requestId);
@@ -748,7 +830,11 @@
   document.addEventListener("htmx:afterRequest", function (e) {
     var d = e.detail;
     if (!d || !d.xhr || !d.target || !d.target.matches) return;
-    if (!d.successful) { if (d.target.id === "detail") detailLoading = false; return; }
+    if (!d.successful) {
+      // a load another replaced (aborted) leaves the keys waiting for that other one
+      if (d.target.id === "detail" && (!opening || d.xhr === openingXhr)) { detailLoading = false; opening = null; }
+      return;
+    }
     var t = d.target, detail = document.getElementById("detail");
     if (t.id === "detail") return;  // loaded: ready once settled (htmx:afterSettle)
     if (!detail || !t.matches("article.card") || !d.requestConfig || d.requestConfig.verb !== "post") return;
@@ -889,12 +975,21 @@
 
   function refresh() {
     if (cursorId && !rowById(cursorId)) cursorId = openId();
-    var row = cursorRow();
-    if (row) setCursor(row, false);
+    // no cursor yet, or the filters changed: a frame only on the open request's row
+    var row = cursorId ? cursorRow() : openId() && rowById(openId());
+    setCursor(row || null, false);
     syncSelection();
     decorate();
     updateTitle();
   }
+
+  // Other filters, a search or a sort drawn the list anew: the cursor frame leaves it (a
+  // live redraw of the same list keeps it, as does the row of the open request).
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var d = e.detail;
+    if (inLive || !d || !d.target || d.target.id !== "request-list" || !d.elt) return;
+    if (d.elt.closest && d.elt.closest("#inbox-filters, #inbox-chips")) cursorId = null;
+  });
 
   // A list drawn again (htmx's answer, a live snapshot): its bulk bar comes unchecked; the
   // selection is put back as the swap happens, not at the settle after it, so the bar never
@@ -907,18 +1002,26 @@
   document.addEventListener("htmx:oobAfterSwap", listSwapped);
 
   // A request opened (whoever opened it): the keys may act on it, the cursor follows it.
+  // Unless j/k went on to another row meanwhile (a request that came in just before the
+  // one they asked for): the cursor stays, and the keys wait for that one.
+  function stillOpening(card) {
+    if (opening && card && card.dataset.requestId !== opening && rowById(opening)) return true;
+    opening = null;
+    return false;
+  }
   document.addEventListener("htmx:afterSwap", function (e) {
     var t = e.detail && e.detail.target;
     if (!t || t.id !== "detail") return;
-    detailLoading = false;
     var card = detailCard(), row = card && rowById(card.dataset.requestId);
+    if (stillOpening(card)) return;
+    detailLoading = false;
     if (row) setCursor(row, false);
   });
 
   document.addEventListener("htmx:afterSettle", function (e) {
     if (!inLive) $$("#request-rows li.row").forEach(function (r) { seen[r.dataset.requestId] = true; });
     var t = e.detail && e.detail.target;
-    if (t && t.id === "detail") {  // the pane itself was swapped: a request opened
+    if (t && t.id === "detail" && !stillOpening(detailCard())) {  // a request opened
       detailLoading = false;
       var card = detailCard();
       if (card && cursorId !== card.dataset.requestId && rowById(card.dataset.requestId)) setCursor(rowById(card.dataset.requestId), false);
@@ -926,6 +1029,45 @@
     refresh();
     runQueued();
   });
+
+  // -- the list redraws itself ------------------------------------------------------------------
+  // When a request enters it: a live row for a request the list did not show (a claim
+  // released under "unclaimed", a request un-hidden elsewhere) has no place to go, and the
+  // list is drawn again with it. When it changes by itself: the server says in how many
+  // seconds a snooze of this reviewer ends or a claim lapses (data-lapse-in, relative: the
+  // browser's clock does not matter), and the list is drawn again then, with the open
+  // request's claim bar. Selections, "all matching" and typed text stay (syncSelection,
+  // hx-preserve); the counts come with the list.
+  document.addEventListener("htmx:oobErrorNoTarget", function (e) {
+    var content = e.detail && e.detail.content;
+    if (content && /^row-\d+$/.test(content.id || "")) reloadList();
+  });
+
+  var LAPSE_MARGIN = 500;  // ms after the lapse: the server has surely passed it
+  var lapseTimer = null, lapseDue = Infinity;
+  function scheduleLapses() {
+    var now = Date.now();
+    $$("[data-lapse-in]").forEach(function (el) {
+      if (el.dataset.lapseSeen === el.dataset.lapseIn) return;
+      el.dataset.lapseSeen = el.dataset.lapseIn;
+      var seconds = parseFloat(el.dataset.lapseIn);
+      if (!isFinite(seconds) || seconds < 0) return;
+      var due = now + seconds * 1000 + LAPSE_MARGIN;
+      if (due >= lapseDue) return;
+      lapseDue = due;
+      clearTimeout(lapseTimer);
+      lapseTimer = setTimeout(lapsed, due - now);
+    });
+  }
+  function lapsed() {
+    lapseTimer = null;
+    lapseDue = Infinity;
+    reloadList();
+    var bar = $("#detail .claim-bar");
+    if (bar) refreshClaimBar(bar.dataset.requestId);
+  }
+  document.addEventListener("htmx:afterSettle", scheduleLapses);
+  document.addEventListener("htmx:oobAfterSwap", scheduleLapses);
 
   // -- title, notifications, sound -----------------------------------------------------------------
 
@@ -1033,21 +1175,14 @@
     }
   }
 
-  // A phone: the filters' disclosure (rendered open) closes, its summary line saying what is
-  // on, so that the list starts on the first screen.
-  function compactFilters() {
-    var box = document.getElementById("filter-box");
-    if (box && window.matchMedia && window.matchMedia("(max-width: 52rem)").matches) box.open = false;
-  }
-
   function init() {
-    compactFilters();
     findViewer();
     rows().forEach(function (r) { seen[r.dataset.requestId] = true; });
     setupToggles();
     var open = openId();
     if (open && rowById(open)) setCursor(rowById(open), false);
     refresh();
+    scheduleLapses();
     if (window.MutationObserver) {
       var scheduled = false;
       new MutationObserver(function () {
