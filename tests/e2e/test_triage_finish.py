@@ -12,6 +12,8 @@ import pytest
 from playwright.sync_api import expect
 
 from .test_inbox import halted_run, login, tag
+from .test_live_record import login as live_login
+from .test_live_record import wait_logged
 from .test_triage_keys import api2, blur, cursor_id, open_triage, row_of  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -158,6 +160,37 @@ def test_a_conflict_is_said_once_in_the_card(app, api, api2, contexts, typed):  
     expect(notice).to_contain_text("Already declined by reviewer2")
     expect(notice).to_contain_text(f"“mine {t}”")
     page.wait_for_timeout(500)  # the live push and the answer's toast have arrived by now
+    expect(card.locator(".decided")).to_have_count(0)
+    assert _said(page, "reviewer2") == 1, page.locator("#toasts").inner_text()
+
+
+def test_a_conflict_notice_outlives_the_live_push_that_comes_after_it(app, api, api2, contexts):
+    """The same conflict, with the socket slower than the answer (seen in CI under load):
+    the answer's card says who decided first; reviewer2's decision reaching the page live
+    afterwards says nothing new, so it leaves that card as it is."""
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order C-2, $8 ({t})")
+    page = live_login(contexts(), app, "reviewer", hold=False)
+    open_triage(page, app, f"q={t}&r={request_id}")
+    card = page.locator("#detail article.card")
+    expect(card).to_have_count(1)
+
+    def first(route):
+        if route.request.method == "POST":
+            answer = api2.post(f"/api/requests/{request_id}/decline", json={"reason": f"mine {t}"})
+            assert answer.status_code == 200, answer.text
+        route.continue_()
+
+    page.route(re.compile(r"/requests/[^/]+/(approve|decline)/$"), first)
+    page.evaluate("window.__ws.hold()")
+    card.get_by_role("button", name=re.compile("^Approve")).click()
+    notice = card.locator(".notice.warning")
+    expect(notice).to_contain_text("Already declined by reviewer2")
+    wait_logged(page, f"mine {t}")  # the live push of reviewer2's decision, held until now
+    page.evaluate("window.__ws.release()")
+    page.wait_for_timeout(500)
+    expect(notice).to_contain_text("Already declined by reviewer2")
+    expect(notice).to_contain_text(f"“mine {t}”")
     expect(card.locator(".decided")).to_have_count(0)
     assert _said(page, "reviewer2") == 1, page.locator("#toasts").inner_text()
 

@@ -77,6 +77,9 @@
   // A card the reviewer is working in: never replaced or removed under their hands.
   function inUse(card) {
     if (deciding[card.id] || card.dataset.dirty || card.classList.contains("preview")) return true;
+    // A late decision's card says who decided first; that decision's live push, arriving
+    // after the answer, says the same without it: the card stays as it is.
+    if (card.dataset.late) return true;
     var open = card.querySelectorAll("details[open]");  // the argument editor, opened
     for (var i = 0; i < open.length; i++) if (open[i].querySelector("input, textarea, select")) return true;
     var active = document.activeElement;
