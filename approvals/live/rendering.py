@@ -75,7 +75,7 @@ FRAGMENTS = FragmentCache()
 
 def _request_row(request_pk: int) -> ApprovalRequest | None:
     return (
-        ApprovalRequest.objects.filter(pk=request_pk)
+        selectors.with_approval_progress(ApprovalRequest.objects.filter(pk=request_pk))
         .select_related("run", "decided_by", "claimed_by")
         .prefetch_related("calls")
         .first()

@@ -587,6 +587,15 @@ class RequestRow:
         return f"row-{self.row.pk}"
 
     @property
+    def approval_progress(self) -> str:
+        """ "1 of 2 approved" for a pending request that needs several approvers ("" else);
+        from the row's annotations (selectors.with_approval_progress), no query."""
+        needed = getattr(self.row, "approvers_needed", 1) or 1
+        if needed < 2 or self.row.state != State.PENDING:
+            return ""
+        return f"{getattr(self.row, 'approvers_so_far', 0) or 0} of {needed} approved"
+
+    @property
     def gist(self) -> str:
         """What the run was asked (its first user message), short: two rows of the same
         tool or question read apart by it."""

@@ -7,7 +7,7 @@ of a hidden agent is left out of lists and counts, and does not exist for a get 
 
 The package's modules by subject; every read is named here."""
 
-from .approvers import RequirementView, requirement_view  # noqa: F401
+from .approvers import RequirementView, requirement_view, with_approval_progress  # noqa: F401
 from .counts import (  # noqa: F401
     OPTION_MENUS,
     count_cap,

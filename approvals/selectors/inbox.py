@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..models import ApprovalRequest, RequestHide
+from .approvers import with_approval_progress
 from .inbox_query import (
     INBOX_ROW_DEFERRED,
     MAX_BULK_IDS,
@@ -92,7 +93,7 @@ def inbox_page(
     matching = inbox_matching(query, user_id=user_id, hidden_agents=hidden_agents, now=now)
     keys = matching.order_by(*order).values("pk")[start:stop]
     rows = (
-        ApprovalRequest.objects.filter(pk__in=keys)
+        with_approval_progress(ApprovalRequest.objects.filter(pk__in=keys))
         .select_related("run", "decided_by", "claimed_by")
         # A list, not a queryset per row (Django builds one per row otherwise): call_list().
         .prefetch_related(Prefetch("calls", queryset=_calls_in_order(), to_attr="listed_calls"))

@@ -5,6 +5,8 @@ on it; each approval short of N is counted (once per person) and the Nth decides
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import Group
 
@@ -306,6 +308,27 @@ def test_card_approve_keeps_the_card_with_the_count_and_refuses_the_starter():
     assert "Your approval counts: 1 of 2 approved: ann." in counted.content.decode()
     row.refresh_from_db()
     assert row.state == State.PENDING
+
+
+def test_the_inbox_row_says_how_many_approvals_a_request_has_of_how_many():
+    """The list tells apart a request that needs a second approver from one that needs a
+    first: "1 of 2 approved" in its row; a request without the requirement says nothing."""
+    two_person_rule()
+    row = start_and_halt(user=make_user(), prompt="Refund order A-1001, $120").requests.get()
+    plain = start_and_halt(user=make_user(), prompt="Delete account acct-7").requests.get()
+    viewer = session_client(make_user(username="viewer"))
+
+    def progress_in_rows() -> dict[str, list[str]]:
+        html = viewer.get("/").content.decode()
+        found = {}
+        for request in (row, plain):
+            item = html.split(f'id="row-{request.pk}"', 1)[1].split("</li>", 1)[0]
+            found[request.request_id] = re.findall(r'class="approval-progress">([^<]*)<', item)
+        return found
+
+    assert progress_in_rows() == {row.request_id: ["0 of 2 approved"], plain.request_id: []}
+    services.request_approve(request_id=row.request_id, user=make_user(username="ann"))
+    assert progress_in_rows() == {row.request_id: ["1 of 2 approved"], plain.request_id: []}
 
 
 # -- the Rules page ------------------------------------------------------------------------

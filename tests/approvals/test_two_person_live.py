@@ -134,6 +134,7 @@ async def test_a_counted_approval_shows_live_on_the_request_page_and_in_the_inbo
         assert "state-pending" in said
         listed = await frame_with(inbox, "of 2 approved")
         assert f"1 of 2 approved: {first.username}" in listed
+        assert 'class="approval-progress">1 of 2 approved<' in listed  # the row, too
     finally:
         await page.disconnect()
         await inbox.disconnect()

@@ -164,7 +164,7 @@ def test_a_conflict_is_said_once_in_the_card(app, api, api2, contexts, typed):  
     assert _said(page, "reviewer2") == 1, page.locator("#toasts").inner_text()
 
 
-def test_a_conflict_notice_outlives_the_live_push_that_comes_after_it(app, api, api2, contexts):
+def test_a_conflict_notice_outlives_the_live_push_that_comes_after_it(app, api, api2, contexts):  # noqa: F811
     """The same conflict, with the socket slower than the answer (seen in CI under load):
     the answer's card says who decided first; reviewer2's decision reaching the page live
     afterwards says nothing new, so it leaves that card as it is."""
