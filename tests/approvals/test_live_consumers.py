@@ -627,7 +627,7 @@ async def test_your_own_decision_reads_as_yours_and_everybody_elses_says_who():
 
 @pytest.fixture
 def recheck_every_push(monkeypatch):
-    from approvals.live import consumers
+    from approvals.live.consumers import base as consumers
 
     monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0, raising=False)
 
@@ -701,7 +701,7 @@ async def test_access_is_rechecked_at_most_every_few_seconds_not_per_push():
     comm, _ = await open_socket("/ws/inbox/", reviewer)
     calls = []
     try:
-        from approvals.live import consumers
+        from approvals.live.consumers import base as consumers
 
         original = consumers._Base._current_access
 
@@ -1026,7 +1026,7 @@ async def test_a_push_does_not_wait_for_the_processs_thread_sensitive_thread(mon
 
     from asgiref.sync import sync_to_async
 
-    from approvals.live import consumers
+    from approvals.live.consumers import base as consumers
 
     hops = []
     real_hop = consumers.aclose_old_connections

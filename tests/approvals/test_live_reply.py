@@ -153,7 +153,7 @@ async def test_a_user_who_may_not_see_the_run_gets_no_reply(streaming):
 async def test_a_page_whose_access_was_withdrawn_gets_no_more_of_the_reply(monkeypatch):
     """Before a piece is forwarded the viewer's access is checked (at most RECHECK_SECONDS
     old): a run hidden from them since closes the page, with nothing of the piece."""
-    from approvals.live import consumers
+    from approvals.live.consumers import base as consumers
 
     monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)
     owner = await user_of("reviewer")
