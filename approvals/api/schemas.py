@@ -158,6 +158,21 @@ _HANDLE = Field(
 )
 
 
+class RequirementOut(Schema):
+    """What a rule requires before the request is decided (two-person approval, a group)."""
+
+    approvals_needed: int = Field(..., description="distinct approvals needed (1: one person)")
+    approved_by: list[str] = Field(
+        ..., description="who approved so far, in order (counted toward approvals_needed)"
+    )
+    group: str | None = Field(None, description="only members of this group decide")
+    starter_may_not_approve: bool = Field(
+        False, description="whoever started the run may not approve it"
+    )
+    routed_to: str | None = Field(None, description="where an escalation reassigned it")
+    escalated: bool = False
+
+
 class RequestOut(Schema):
     request: dict[str, Any] = Field(..., description="the engine Request, in wire shape")
     run: int
@@ -169,6 +184,9 @@ class RequestOut(Schema):
     handle: str | None = _HANDLE
     claim: ClaimOut | None = Field(
         None, description="who is working on it (an active claim of a pending request), or null"
+    )
+    requirement: RequirementOut | None = Field(
+        None, description="what a rule requires of its deciders, or null for one reviewer"
     )
     decision: DecisionOut | None
 

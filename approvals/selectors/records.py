@@ -18,6 +18,7 @@ from ..domain.exceptions import InvalidInput
 from ..domain.records import MCP_SERVER_TOLD
 from ..domain.teams import agent_tree, chain_of, handle_of
 from ..models import ApiToken, ApprovalRequest, Event, RequestCall, Run
+from .approvers import requirement_view
 from .inbox_query import _claim_cutoff
 from .rules import rule_decision_view
 
@@ -238,6 +239,22 @@ def token_view(row: ApiToken, *, now: Any, current_id: Any = None) -> dict[str, 
     }
 
 
+def requirement_out(row: ApprovalRequest) -> dict[str, Any] | None:
+    """What a rule requires of the request's deciders, and the approvals counted so far
+    (None: no rule set any; no query then)."""
+    view = requirement_view(row)
+    if view is None:
+        return None
+    return {
+        "approvals_needed": view.needed,
+        "approved_by": list(view.approvers),
+        "group": view.group,
+        "starter_may_not_approve": view.starter_may_not_approve,
+        "routed_to": view.routed_to,
+        "escalated": view.escalated,
+    }
+
+
 def request_view(row: ApprovalRequest) -> dict[str, Any]:
     decided = row.state != State.PENDING
     return {
@@ -249,6 +266,7 @@ def request_view(row: ApprovalRequest) -> dict[str, Any]:
         "calls": [call_view(c) for c in row.call_list()],
         **chain_view(row),
         "claim": claim_view(row),
+        "requirement": requirement_out(row),
         "decision": {
             "state": row.state,
             "answer": row.answer,

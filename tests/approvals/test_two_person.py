@@ -241,6 +241,35 @@ def test_api_approve_answers_202_until_complete(client):
     assert second.status_code == 200 and second.json()["state"] == "approved"
 
 
+def test_api_reads_what_a_request_still_needs(client):
+    """GET /api/requests/{id} says what the rule requires and who approved so far: a host
+    can tell "waits for a second approver" from "waits for anyone"."""
+    two_person_rule(starter_may_not_approve=True)
+    row = start_and_halt(user=make_user()).requests.get()
+    plain = start_and_halt(prompt="Delete account acct-7").requests.get()
+    reader = make_user(username="reader")
+
+    def requirement(request_id: str):
+        answer = client.get(f"/api/requests/{request_id}", headers=bearer(reader))
+        assert answer.status_code == 200, answer.content
+        return answer.json()["requirement"]
+
+    expected = {
+        "approvals_needed": 2,
+        "approved_by": [],
+        "group": None,
+        "starter_may_not_approve": True,
+        "routed_to": None,
+        "escalated": False,
+    }
+    assert requirement(row.request_id) == expected
+    assert requirement(plain.request_id) is None
+    services.request_approve(request_id=row.request_id, user=make_user(username="ann"))
+    assert requirement(row.request_id) == {**expected, "approved_by": ["ann"]}
+    schema = client.get("/api/openapi.json").json()["components"]["schemas"]
+    assert "approved_by" in schema["RequirementOut"]["properties"]
+
+
 def test_api_refuses_forbidden_approvers(client):
     finance = Group.objects.create(name="Finance")
     two_person_rule(approver_group=finance, starter_may_not_approve=True)
