@@ -12,6 +12,7 @@ from collections.abc import Collection
 from datetime import timedelta
 
 from django.db.models import Max
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from .conf import app_settings
@@ -46,6 +47,8 @@ def host_events_after(
         Event.objects.filter(pk__gt=after, pk__lte=through, action__in=hostevents.actions_of(types))
         .select_related("run", "request", "actor")
         .defer(*_LARGE_FIELDS)
+        # The request's place in a team run's chain, without reading its (deferred) data.
+        .annotate(request_path=KeyTransform("path", "request__data"))
         .order_by("pk")
     )
     if hidden:

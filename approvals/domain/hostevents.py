@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import Event
+from .teams import chain_of, handle_of
 
 REQUEST_CREATED = "request.created"
 REQUEST_DECIDED = "request.decided"
@@ -70,6 +71,15 @@ def _decided_by(event: Event) -> dict[str, Any] | None:
     return {"type": "system"}
 
 
+def _request_path(event: Event) -> Any:
+    """The request's `data.path`: annotated by `event_feed` (its data stays deferred there),
+    else read from the request (one event: the admin's body, a webhook's attempt)."""
+    if hasattr(event, "request_path"):
+        return event.request_path
+    data = event.request.data
+    return data.get("path") if isinstance(data, dict) else None
+
+
 def payload(event: Event) -> dict[str, Any]:
     """The event as the host receives it (Standard Webhooks' `type`, `timestamp`, `data`).
     `event` comes with `run`, `request` and `actor` loaded (`event_feed`). Argument values
@@ -84,6 +94,9 @@ def payload(event: Event) -> dict[str, Any]:
     if event.request_id is not None:
         request = event.request
         data.update(request_id=request.request_id, kind=request.kind)
+        # For a team run: the agents the request climbed through, and the asking handle.
+        where = {"path": _request_path(event)}
+        data.update(chain=chain_of(where), handle=handle_of(where) or None)
     if event_type == REQUEST_DECIDED:
         data.update(
             state=event.to_state,

@@ -6,15 +6,20 @@ DATABASE_URL pointing at PostgreSQL, on PostgreSQL (the same file, both database
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from approvals import testing
-from approvals.models import Event, Run, ToolExecution
+from approvals.domain import hostevents
+from approvals.execution import webhooks
+from approvals.models import Event, Run, ToolExecution, WebhookDelivery
 from toolnexus import InProcessResponse
 from toolnexus.agents import Agent, Budget
 from toolnexus.relay import relay_tool
 
 from .factories import bearer, drain, make_user, post_json, session_client
+from .test_host_events import read_stream, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -134,6 +139,28 @@ def test_the_run_shows_its_tree_and_the_request_its_chain(api, chain):
     assert listed["chain"] == ["coordinator", "refunds", "refund"]
     [in_list] = api.get("/api/runs").json()["items"]
     assert _flat(in_list["agents"]).keys() == {COORDINATOR, REFUNDS, REFUND}
+
+
+def test_host_events_name_the_chain_of_a_team_runs_request(api, chain):
+    """The event stream and a webhook's body say where in the chain a request came from,
+    as the API's request does (chain, handle)."""
+    subscribe("http://127.0.0.1:9/hook", event_types=[hostevents.REQUEST_CREATED])
+    _, request_id = _halted(api)
+    created = [
+        f["data"]["data"] for f in read_stream(api) if f["data"]["type"] == "request.created"
+    ]
+    assert [(e["request_id"], e["chain"], e["handle"]) for e in created] == [
+        (request_id, ["coordinator", "refunds", "refund"], REFUND)
+    ]
+    webhooks.dispatch()
+    delivery = WebhookDelivery.objects.get()
+    body, _ = webhooks.signed_request(delivery)
+    sent = json.loads(body)["data"]
+    assert (sent["request_id"], sent["chain"], sent["handle"]) == (
+        request_id,
+        ["coordinator", "refunds", "refund"],
+        REFUND,
+    )
 
 
 def test_a_decline_reaches_the_deepest_agent_and_each_parent_reports_up(api, chain):
