@@ -170,7 +170,7 @@ def test_a_conflict_notice_outlives_the_live_push_that_comes_after_it(app, api, 
     afterwards says nothing new, so it leaves that card as it is."""
     t = tag()
     _, request_id = halted_run(api, f"Refund order C-2, $8 ({t})")
-    page = live_login(contexts(), app, "reviewer", hold=False)
+    page = live_login(contexts(), app, "reviewer", hold=True)  # every live message held
     open_triage(page, app, f"q={t}&r={request_id}")
     card = page.locator("#detail article.card")
     expect(card).to_have_count(1)
@@ -182,12 +182,11 @@ def test_a_conflict_notice_outlives_the_live_push_that_comes_after_it(app, api, 
         route.continue_()
 
     page.route(re.compile(r"/requests/[^/]+/(approve|decline)/$"), first)
-    page.evaluate("window.__ws.hold()")
     card.get_by_role("button", name=re.compile("^Approve")).click()
     notice = card.locator(".notice.warning")
     expect(notice).to_contain_text("Already declined by reviewer2")
     wait_logged(page, f"mine {t}")  # the live push of reviewer2's decision, held until now
-    page.evaluate("window.__ws.release()")
+    page.evaluate("window.__ws.release()")  # the snapshot and every push since, in order
     page.wait_for_timeout(500)
     expect(notice).to_contain_text("Already declined by reviewer2")
     expect(notice).to_contain_text(f"“mine {t}”")

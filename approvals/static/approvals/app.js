@@ -271,6 +271,8 @@
       afterLive.push(function () {
         var card = cardById(id);
         if (!card) return;
+        // A decision is final: a card that shows one is never older than a pending push.
+        if (card.dataset.late && incoming && incoming.classList.contains("state-pending")) return;
         if (incoming && incoming.classList.contains("state-pending")) {
           markChanged(card, "This request changed while you were working on it: reload it to see the new version.", true);
         } else if (news[id]) {
