@@ -696,6 +696,8 @@ class NotificationPreferenceAdminForm(NotificationPreferenceForm):
     class Meta(NotificationPreferenceForm.Meta):
         fields = ["user", *NotificationPreferenceForm.Meta.fields]
 
+    hide_push_without_keys = False
+
 
 @admin.register(models.NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
@@ -703,13 +705,35 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
     chat URLs are checked against the allowlist and apprise at save, as there."""
 
     form = NotificationPreferenceAdminForm
-    list_display = ["user", "email_enabled", "chat_enabled", "digest_minutes", "only_overdue"]
+    list_display = [
+        "user",
+        "email_enabled",
+        "chat_enabled",
+        "push_enabled",
+        "digest_minutes",
+        "only_overdue",
+    ]
     list_select_related = ["user"]
     raw_id_fields = ["user"]
     readonly_fields = ["last_sent_at", "updated_at"]
 
     def save_model(self, request, obj, form, change):
         services.notification_save(obj)
+
+
+@admin.register(models.WebPushSubscription)
+class WebPushSubscriptionAdmin(ReadOnlyAdmin):
+    """The browsers where people turned push on (they add and remove their own on the
+    Notifications page; a push service's 404 or 410 removes one). Keys are not shown."""
+
+    list_display = ["user", "user_agent", "created_at", "last_success_at", "error_shown"]
+    list_select_related = ["user"]
+    fields = ["user", "endpoint", "user_agent", "created_at", "last_success_at", "last_error"]
+    readonly_fields = fields
+
+    @admin.display(description="last error")
+    def error_shown(self, obj):
+        return obj.last_error[:120] or "—"
 
 
 @admin.register(models.NotificationDelivery)
@@ -736,6 +760,7 @@ class NotificationDeliveryAdmin(ReadOnlyAdmin):
         "target",
         "subject",
         "body",
+        "url",
         "is_test",
         "state",
         "attempts",

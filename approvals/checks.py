@@ -21,6 +21,8 @@ each missing or misplaced piece with an id and a hint that shows what to write:
 - approvals.W002  ALLOWED_HOSTS is empty with DEBUG off: every page is refused, and every
                   live page's socket (`manage.py serve`, unlike runserver, starts anyway)
 - approvals.W003  the task backend's QUEUES leave out "webhooks": webhooks are never delivered
+- approvals.W004  one of TOOLNEXUS_VAPID_PUBLIC_KEY / TOOLNEXUS_VAPID_PRIVATE_KEY is set
+                  without the other: Web Push stays off
 """
 
 from __future__ import annotations
@@ -303,6 +305,23 @@ def check_databases(**kwargs: Any) -> list[checks.CheckMessage]:
     return errors
 
 
+def check_vapid_keys(**kwargs: Any) -> list[checks.CheckMessage]:
+    """Push is offered only with both keys: one alone is a half-done setup, said at start
+    rather than found out when no push ever comes."""
+    public, private = app_settings.VAPID_PUBLIC_KEY, app_settings.VAPID_PRIVATE_KEY
+    if bool(public) == bool(private):
+        return []
+    missing = setting_name("VAPID_PRIVATE_KEY" if public else "VAPID_PUBLIC_KEY")
+    return [
+        checks.Warning(
+            f"{missing} is not set, but the other VAPID key is: Web Push is off.",
+            hint="Set both keys of one pair (`manage.py vapid_keys` prints a new pair), or"
+            " neither.",
+            id="approvals.W004",
+        )
+    ]
+
+
 SETTINGS_CHECKS = [
     check_middleware,
     check_task_backend,
@@ -312,6 +331,7 @@ SETTINGS_CHECKS = [
     check_triage_settings,
     check_databases,
     check_allowed_hosts,
+    check_vapid_keys,
 ]
 
 

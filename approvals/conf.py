@@ -129,6 +129,14 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFICATION_OVERDUE_MINUTES": 60,
     # An email's Approve / Decline links work once, within this many hours.
     "NOTIFICATION_LINK_HOURS": 24,
+    # Web Push (`manage.py vapid_keys` makes a pair): offered only when both keys are set.
+    # The public key is the browser's applicationServerKey, the private one signs each push
+    # (VAPID); the subject (mailto: or https:) tells push services whom to contact.
+    "VAPID_PUBLIC_KEY": "",
+    "VAPID_PRIVATE_KEY": "",
+    "VAPID_SUBJECT": "",
+    # How long a push service keeps a push for a device that is offline (seconds).
+    "PUSH_TTL_SECONDS": 12 * 3600,
     # -- triage ------------------------------------------------------------------------------
     # Minutes a reviewer's claim on a request lasts ("I am on it"; 0: until released).
     "CLAIM_MINUTES": 30,

@@ -760,6 +760,11 @@ class NotificationPreference(models.Model):
         help_text="Where emails go; empty: the account's address.",
     )
     chat_enabled = models.BooleanField("chat", default=False)
+    push_enabled = models.BooleanField(
+        "push",
+        default=False,
+        help_text="Web Push to the browsers where you turned it on (below).",
+    )
     chat_urls = models.TextField(
         "chat URLs",
         blank=True,
@@ -860,14 +865,19 @@ class NotificationDelivery(models.Model):
     class Channel(models.TextChoices):
         EMAIL = "email", "email"
         CHAT = "chat", "chat"
+        PUSH = "push", "push"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_deliveries"
     )
     channel = models.CharField(max_length=10, choices=Channel.choices)
-    target = models.TextField(help_text="The email address or the apprise URL.")
+    target = models.TextField(
+        help_text="The email address, the apprise URL or the push subscription's endpoint."
+    )
     subject = models.CharField(max_length=300)
     body = models.TextField()
+    # The page a push opens when clicked (a push carries no text to read a link from).
+    url = models.CharField(max_length=500, blank=True, default="")
     is_test = models.BooleanField(default=False)
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveIntegerField(default=0)
@@ -883,6 +893,31 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} to {self.user}: {self.subject}"
+
+
+class WebPushSubscription(models.Model):
+    """One browser (a device, a profile) where a person turned push on: the push service's
+    endpoint and the keys that encrypt what is sent to it. An endpoint belongs to one
+    browser, so it is unique: the same browser subscribing again updates its row. Removed
+    when the push service says it is gone (404, 410)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="push_subscriptions"
+    )
+    endpoint = models.CharField(max_length=1000, unique=True)
+    p256dh = models.CharField(max_length=200)
+    auth = models.CharField(max_length=100)
+    user_agent = models.CharField(max_length=300, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_error = models.TextField(blank=True, default="")
+    last_success_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = "web push subscription"
+
+    def __str__(self) -> str:
+        return f"push to {self.user}: {self.user_agent or 'a browser'}"
 
 
 class NotificationLinkUse(models.Model):

@@ -609,6 +609,11 @@ EMAIL_HOST_USER = env("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL") or "toolnexus@localhost"
+# Web Push to reviewers' browsers: a key pair from `manage.py vapid_keys` (both, or neither:
+# approvals.W004), and a contact for the push services (default: mailto:DEFAULT_FROM_EMAIL).
+TOOLNEXUS_VAPID_PUBLIC_KEY = env("TOOLNEXUS_VAPID_PUBLIC_KEY")
+TOOLNEXUS_VAPID_PRIVATE_KEY = env("TOOLNEXUS_VAPID_PRIVATE_KEY")
+TOOLNEXUS_VAPID_SUBJECT = env("TOOLNEXUS_VAPID_SUBJECT")
 # -- the team dashboard (/reports/) ----------------------------------------------------------
 
 # Seconds a period's figures are kept before the database is read again (0: every view).

@@ -1,5 +1,6 @@
 """Reviewers' notifications: new requests reach each person who asked for them, by email
-(Django's mail backend) and chat (apprise URLs), through the delivery worker's queue.
+(Django's mail backend), chat (apprise URLs) and Web Push (each browser where they turned
+it on, pywebpush with the server's VAPID keys), through the delivery worker's queue.
 
 - `dispatch` (the delivery worker, beside the webhooks' dispatch) reads the "request.created"
   host events after its cursor and makes a `NotificationItem` per person whose preference
@@ -16,6 +17,7 @@ Everything here runs only when TOOLNEXUS_NOTIFICATIONS is on.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Iterable
@@ -24,18 +26,22 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import apprise
+import requests
 from django.core import signing
 from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import Q
 from django.template.loader import render_to_string
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone
 from django_tasks import task
+from pywebpush import WebPushException, webpush
 
 from .. import event_feed
 from ..conf import WEBHOOK_QUEUE, app_settings
 from ..domain import hostevents
+from ..domain.push import push_available, vapid_subject
 from ..models import (
     AgentAccess,
     ApprovalRequest,
@@ -43,6 +49,7 @@ from ..models import (
     NotificationDelivery,
     NotificationItem,
     NotificationPreference,
+    WebPushSubscription,
 )
 from ..permissions import VIEW_REQUESTS, agent_rights
 
@@ -53,6 +60,7 @@ DELIVERED = NotificationDelivery.State.DELIVERED
 FAILED = NotificationDelivery.State.FAILED
 EMAIL = NotificationDelivery.Channel.EMAIL
 CHAT = NotificationDelivery.Channel.CHAT
+PUSH = NotificationDelivery.Channel.PUSH
 NEW = NotificationItem.Reason.NEW
 OVERDUE = NotificationItem.Reason.OVERDUE
 
@@ -72,7 +80,8 @@ def enabled() -> bool:
 def _preferences() -> list[NotificationPreference]:
     return list(
         NotificationPreference.objects.filter(
-            Q(email_enabled=True) | Q(chat_enabled=True), user__is_active=True
+            Q(email_enabled=True) | Q(chat_enabled=True) | Q(push_enabled=True),
+            user__is_active=True,
         ).select_related("user")
     )
 
@@ -312,6 +321,35 @@ def compose(
     return subject[:300], body
 
 
+def push_message(user: Any, items: list[NotificationItem], *, digest: bool) -> tuple[str, str, str]:
+    """(title, body, url) of one push: what the email says of each request (agent, tool, key
+    arguments), in the few lines a notification shows; its click opens the request's page,
+    or the inbox for a digest."""
+    entries = [_entry(i.request, i.reason, user, links=False) for i in items]
+    subject, _ = compose(user, items, digest=digest, links=False)
+    lines = [
+        ("[overdue] " if e["overdue"] else "")
+        + f"{e['agent']}: {e['what']}"
+        + (f" ({e['arguments']})" if e["arguments"] else "")
+        for e in entries
+    ]
+    shown = 3
+    if len(lines) > shown:
+        lines = [*lines[:shown], f"and {len(lines) - shown} more"]
+    url = entries[0]["url"] if len(entries) == 1 else public_url(reverse("approvals:inbox"))
+    return subject, "\n".join(lines), url
+
+
+def _push_targets(user: Any) -> list[str]:
+    if not push_available():
+        return []
+    return list(
+        WebPushSubscription.objects.filter(user=user)
+        .order_by("id")
+        .values_list("endpoint", flat=True)
+    )
+
+
 def _send(pref: NotificationPreference, items: list[NotificationItem], *, digest: bool) -> int:
     made = 0
     user = pref.user
@@ -324,6 +362,13 @@ def _send(pref: NotificationPreference, items: list[NotificationItem], *, digest
         # One delivery per URL: a failing chat never delays another.
         for url in pref.chat_url_list():
             made += _deliver(user, CHAT, url, subject, body)
+    if pref.push_enabled:
+        endpoints = _push_targets(user)
+        if endpoints:
+            title, text, url = push_message(user, items, digest=digest)
+            # One delivery per browser: a phone that is gone never delays the laptop.
+            for endpoint in endpoints:
+                made += _deliver(user, PUSH, endpoint, title, text, url=url)
     return made
 
 
@@ -345,16 +390,24 @@ def send_test(pref: NotificationPreference, channel: str) -> int:
     """Queue a test message to every target of this channel; how many."""
     user = pref.user
     subject = "toolnexus: a test notification"
+    page = public_url(reverse("approvals:notifications"))
     body = render_to_string(
         "approvals/notifications/test.txt",
-        {"user": user, "url": public_url(reverse("approvals:notifications"))},
+        {"user": user, "url": page},
     )
+    extra: dict[str, Any] = {}
     if channel == EMAIL:
         targets = [pref.email or user.email] if pref.email or user.email else []
+    elif channel == PUSH:
+        targets = _push_targets(user)
+        body = "Your notifications reach this browser."
+        extra["url"] = page
     else:
         targets = pref.chat_url_list()
     with transaction.atomic():
-        return sum(_deliver(user, channel, t, subject, body, is_test=True) for t in targets)
+        return sum(
+            _deliver(user, channel, t, subject, body, is_test=True, **extra) for t in targets
+        )
 
 
 # -- the sending ---------------------------------------------------------------------------------
@@ -405,16 +458,93 @@ def _send_chat(delivery: NotificationDelivery) -> str:
     return (said or "apprise could not send the message")[:1000]
 
 
+def _icon_url() -> str:
+    path = static("approvals/icon.svg")
+    return path if "://" in path else public_url(path)
+
+
+def _push_failure(exc: WebPushException) -> tuple[int | None, str]:
+    """The push service's status and a short reason, without the payload, the keys or the
+    endpoint (a capability URL): what the delivery row and the log may show."""
+    response = exc.response
+    status = getattr(response, "status_code", None)
+    if status is None:
+        return None, "WebPushException: no answer from the push service"
+    said = " ".join(str(getattr(response, "text", "") or "").split())[:200]
+    reason = getattr(response, "reason", "") or ""
+    return status, f"the push service answered {status} {reason}".strip() + (
+        f": {said}" if said else ""
+    )
+
+
+def _send_push(delivery: NotificationDelivery) -> tuple[str, bool]:
+    """(error, final): final means no retry can help (the subscription is gone)."""
+    sub = WebPushSubscription.objects.filter(
+        endpoint=delivery.target, user_id=delivery.user_id
+    ).first()
+    if sub is None:  # removed by its person, expired, or taken over by another account
+        return "this browser's subscription is gone", True
+    if not push_available():
+        return "push is off on this server (TOOLNEXUS_VAPID_*_KEY unset)", True
+    payload = {
+        "title": delivery.subject,
+        "body": delivery.body,
+        "url": delivery.url or public_url(reverse("approvals:inbox")),
+        "icon": _icon_url(),
+        "tag": f"toolnexus-{delivery.pk}",
+    }
+    try:
+        webpush(
+            subscription_info={
+                "endpoint": sub.endpoint,
+                "keys": {"p256dh": sub.p256dh, "auth": sub.auth},
+            },
+            data=json.dumps(payload),
+            vapid_private_key=app_settings.VAPID_PRIVATE_KEY,
+            # A new dict each time: webpush fills in its audience and expiry.
+            vapid_claims={"sub": vapid_subject()},
+            ttl=int(app_settings.PUSH_TTL_SECONDS),
+            timeout=app_settings.NOTIFICATION_TIMEOUT_SECONDS,
+        )
+    except WebPushException as exc:
+        status, error = _push_failure(exc)
+        if status in (404, 410):
+            # The browser unsubscribed or the subscription expired: it never comes back.
+            sub.delete()
+            return f"{error} (subscription removed)"[:1000], True
+        WebPushSubscription.objects.filter(pk=sub.pk).update(last_error=error[:1000])
+        return error[:1000], False
+    except requests.RequestException as exc:
+        # Its text names the endpoint: the kind of failure is enough.
+        error = f"{type(exc).__name__}: the push service could not be reached"
+        WebPushSubscription.objects.filter(pk=sub.pk).update(last_error=error)
+        return error, False
+    except Exception as exc:  # e.g. an unreadable VAPID key; its text may quote the key
+        error = f"{type(exc).__name__} while sending the push"
+        WebPushSubscription.objects.filter(pk=sub.pk).update(last_error=error)
+        return error, False
+    WebPushSubscription.objects.filter(pk=sub.pk).update(
+        last_error="", last_success_at=timezone.now()
+    )
+    return "", False
+
+
 def attempt(delivery_id: int) -> str:
     delivery = NotificationDelivery.objects.filter(pk=delivery_id).first()
     if delivery is None or delivery.state != PENDING:
         return "nothing to send"
     # No transaction is held over the sending: its outcome is written after it.
-    error = _send_email(delivery) if delivery.channel == EMAIL else _send_chat(delivery)
-    return _record(delivery_id, error=error)
+    final = False
+    if delivery.channel == EMAIL:
+        error = _send_email(delivery)
+    elif delivery.channel == PUSH:
+        error, final = _send_push(delivery)
+    else:
+        error = _send_chat(delivery)
+    return _record(delivery_id, error=error, final=final)
 
 
-def _record(delivery_id: int, *, error: str) -> str:
+def _record(delivery_id: int, *, error: str, final: bool = False) -> str:
     now = timezone.now()
     with transaction.atomic():
         row = NotificationDelivery.objects.select_for_update().filter(pk=delivery_id).first()
@@ -426,7 +556,7 @@ def _record(delivery_id: int, *, error: str) -> str:
         if not error:
             row.state, row.delivered_at, row.next_attempt_at = DELIVERED, now, None
             outcome = "delivered"
-        elif row.attempts >= app_settings.NOTIFICATION_MAX_ATTEMPTS:
+        elif final or row.attempts >= app_settings.NOTIFICATION_MAX_ATTEMPTS:
             row.state, row.next_attempt_at = FAILED, None
             outcome = "gave up"
             log.warning(

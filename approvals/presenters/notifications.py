@@ -9,13 +9,15 @@ from django import forms
 
 from ..conf import app_settings
 from ..domain.notifications import allowed_schemes, chat_url_problems
-from ..models import NotificationDelivery, NotificationPreference
+from ..domain.push import push_available
+from ..models import NotificationDelivery, NotificationPreference, WebPushSubscription
 
 FIELDS = [
     "email_enabled",
     "email",
     "chat_enabled",
     "chat_urls",
+    "push_enabled",
     "agents",
     "kinds",
     "only_routed",
@@ -39,6 +41,14 @@ class NotificationPreferenceForm(forms.ModelForm):
             "quiet_start": forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
             "quiet_end": forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
         }
+
+    # The page offers push only when the server can send it (the admin shows every field).
+    hide_push_without_keys = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.hide_push_without_keys and not push_available():
+            del self.fields["push_enabled"]
 
     def clean_chat_urls(self) -> str:
         text = self.cleaned_data.get("chat_urls", "")
@@ -69,11 +79,16 @@ class NotificationPreferenceForm(forms.ModelForm):
 
 
 def notifications_page(
-    form: NotificationPreferenceForm, recent: list[NotificationDelivery]
+    form: NotificationPreferenceForm,
+    recent: list[NotificationDelivery],
+    devices: list[WebPushSubscription],
 ) -> dict[str, Any]:
     return {
         "form": form,
         "recent": recent,
+        # The browser's applicationServerKey; None: push is not offered on this server.
+        "push_key": app_settings.VAPID_PUBLIC_KEY if push_available() else None,
+        "devices": devices,
         "enabled": bool(app_settings.NOTIFICATIONS),
         "schemes": ", ".join(allowed_schemes()),
         "saved": form.instance.pk is not None,

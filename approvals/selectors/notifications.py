@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import NotificationDelivery, NotificationPreference
+from ..models import NotificationDelivery, NotificationPreference, WebPushSubscription
 
 
 def notification_preference(user: Any) -> NotificationPreference:
@@ -16,3 +16,8 @@ def notification_preference(user: Any) -> NotificationPreference:
 def notification_recent(user: Any, limit: int = 10) -> list[NotificationDelivery]:
     """The user's latest messages, newest first (their state and last error)."""
     return list(NotificationDelivery.objects.filter(user=user).order_by("-id")[:limit])
+
+
+def push_subscriptions(user: Any) -> list[WebPushSubscription]:
+    """The browsers where the user turned push on, newest first."""
+    return list(WebPushSubscription.objects.filter(user=user).order_by("-id"))

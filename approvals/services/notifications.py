@@ -15,8 +15,14 @@ from django.core import signing
 from django.db import IntegrityError, transaction
 
 from ..domain.exceptions import NotAllowed, ServiceError
+from ..domain.push import parse_subscription, push_available
 from ..execution import notifications
-from ..models import ApprovalRequest, NotificationLinkUse, NotificationPreference
+from ..models import (
+    ApprovalRequest,
+    NotificationLinkUse,
+    NotificationPreference,
+    WebPushSubscription,
+)
 from ..permissions import hidden_agents
 from .requests import request_approve, request_decline
 
@@ -45,18 +51,58 @@ def notification_test(*, user: Any, channel: str) -> int:
     if not notifications.enabled():
         raise NotAllowed("notifications are off on this server (TOOLNEXUS_NOTIFICATIONS)")
     pref = NotificationPreference.objects.filter(user=user).select_related("user").first()
-    if channel not in (notifications.EMAIL, notifications.CHAT):
+    if channel not in (notifications.EMAIL, notifications.CHAT, notifications.PUSH):
         raise ServiceError(f"channel: no channel {channel!r}")
+    if channel == notifications.PUSH and not push_available():
+        raise NotAllowed("push is off on this server (no VAPID keys)")
     if pref is None:
         raise ServiceError("save your settings first")
     sent = notifications.send_test(pref, channel)
     if not sent:
         raise ServiceError(
-            "no email address to send to"
-            if channel == notifications.EMAIL
-            else "no chat URL to send to"
+            {
+                notifications.EMAIL: "no email address to send to",
+                notifications.CHAT: "no chat URL to send to",
+                notifications.PUSH: "no browser with push turned on",
+            }[channel]
         )
     return sent
+
+
+def push_subscribe(*, user: Any, data: Any, user_agent: str = "") -> WebPushSubscription:
+    """Store a browser's push subscription for this person (InvalidInput says what is wrong
+    with it). An endpoint is one browser's: subscribing again, or from another account in
+    the same browser, updates that row, so a browser is never told twice nor told another
+    person's requests."""
+    if not push_available():
+        raise NotAllowed("push is off on this server (no VAPID keys)")
+    sub = parse_subscription(data)
+    with transaction.atomic():
+        row, _ = WebPushSubscription.objects.update_or_create(
+            endpoint=sub.endpoint,
+            defaults={
+                "user": user,
+                "p256dh": sub.p256dh,
+                "auth": sub.auth,
+                "user_agent": (user_agent or "")[:300],
+                "last_error": "",
+            },
+        )
+        # Turning push on in a browser is asking for push: the preference follows.
+        pref, _ = NotificationPreference.objects.get_or_create(user=user)
+        if not pref.push_enabled:
+            pref.push_enabled = True
+            pref.save(update_fields=["push_enabled", "updated_at"])
+    return row
+
+
+def push_unsubscribe(*, user: Any, subscription_id: int) -> None:
+    """Remove one of this person's browsers; anyone else's is DoesNotExist, as one that does
+    not exist is."""
+    with transaction.atomic():
+        deleted, _ = WebPushSubscription.objects.filter(pk=subscription_id, user=user).delete()
+    if not deleted:
+        raise WebPushSubscription.DoesNotExist("no such browser of yours")
 
 
 @dataclass(frozen=True)

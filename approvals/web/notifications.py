@@ -1,5 +1,7 @@
-"""The Notifications page (each person's own settings, and a "send a test" button per
-channel) and the pages an email's signed Approve / Decline links open.
+"""The Notifications page (each person's own settings, the browsers where they turned push
+on, and a "send a test" button per channel), the endpoints its push button uses (the
+subscription's POST, the service worker's script) and the pages an email's signed Approve /
+Decline links open.
 
 A link's GET only shows what it would do (after sign-in: `login_required` brings the person
 back to it); its POST decides through `services.notifications.link_decide`, which uses the
@@ -8,18 +10,23 @@ its own and changes nothing."""
 
 from __future__ import annotations
 
+import json
 from contextlib import suppress
+from functools import cache
+from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .. import selectors, services
 from ..domain.exceptions import AlreadyDecided, NotAllowed, ServiceError
+from ..domain.push import MAX_BODY
+from ..models import WebPushSubscription
 from ..presenters import cards
 from ..presenters.notifications import NotificationPreferenceForm, notifications_page
 from ..services import notifications as notification_services
@@ -37,7 +44,8 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
         return redirect("approvals:notifications")
     status = 400 if request.method == "POST" else 200
     recent = selectors.notification_recent(request.user) if pref.pk else []
-    context = {"nav": "notifications", **notifications_page(form, recent)}
+    devices = selectors.push_subscriptions(request.user)
+    context = {"nav": "notifications", **notifications_page(form, recent, devices)}
     return _render(request, "approvals/notifications.html", context, status=status)
 
 
@@ -55,6 +63,57 @@ def notification_test(request: HttpRequest, channel: str) -> HttpResponse:
             request, f"Test queued ({sent} message(s)); its outcome shows under Recent messages."
         )
     return redirect("approvals:notifications")
+
+
+@require_POST
+def push_subscribe(request: HttpRequest) -> HttpResponse:
+    """The push button's POST (approvals/static/approvals/push.js): the browser's
+    subscription as JSON, answered in JSON (400 says what is wrong with it)."""
+    if not request.user.is_authenticated:  # a script's fetch: no sign-in page to follow
+        return JsonResponse({"error": "sign in first"}, status=401)
+    if len(request.body) > MAX_BODY:
+        return JsonResponse({"error": f"the body is over {MAX_BODY} bytes"}, status=400)
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return JsonResponse({"error": "the body is not JSON"}, status=400)
+    try:
+        row = notification_services.push_subscribe(
+            user=request.user, data=data, user_agent=request.headers.get("User-Agent", "")
+        )
+    except ServiceError as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
+    messages.success(request, "Push is on for this browser.")
+    return JsonResponse({"id": row.pk})
+
+
+@require_POST
+@login_required
+def push_remove(request: HttpRequest, subscription_id: int) -> HttpResponse:
+    try:
+        notification_services.push_unsubscribe(user=request.user, subscription_id=subscription_id)
+    except WebPushSubscription.DoesNotExist:
+        raise Http404("no such browser of yours") from None
+    messages.success(request, "That browser no longer gets push.")
+    return redirect("approvals:notifications")
+
+
+@cache
+def _service_worker_script() -> bytes:
+    # Read from the app's own files (not STATIC_ROOT, not a CDN): a service worker must come
+    # from the page's origin, at a path whose folder covers the pages it serves.
+    return (Path(__file__).resolve().parent.parent / "static/approvals/sw.js").read_bytes()
+
+
+@require_GET
+def service_worker(request: HttpRequest) -> HttpResponse:
+    """approvals/static/approvals/sw.js at the app's root URL, so its scope is every page of
+    the app wherever it is mounted (from /static/ its scope would be /static/ only)."""
+    response = HttpResponse(_service_worker_script(), content_type="application/javascript")
+    response["Service-Worker-Allowed"] = reverse("approvals:inbox")
+    # Browsers check for a new worker on each registration; no cached copy hides one.
+    response["Cache-Control"] = "no-cache"
+    return response
 
 
 def _bad_link(request: HttpRequest, exc: notification_services.BadLink) -> HttpResponse:

@@ -81,6 +81,19 @@ urlpatterns = [
         name="notifications-test",
     ),
     path("notifications/link/<str:token>/", page(notifications.notify_link), name="notify-link"),
+    # Web Push: a browser's subscription, removing one, and the service worker's script at
+    # the app's root (its scope: every page of the app).
+    path(
+        "notifications/push/subscribe/",
+        page(notifications.push_subscribe),
+        name="push-subscribe",
+    ),
+    path(
+        "notifications/push/<int:subscription_id>/remove/",
+        page(notifications.push_remove),
+        name="push-remove",
+    ),
+    path("sw.js", notifications.service_worker, name="service-worker"),
     # The team dashboard (approvals/web/reports.py): people with "view reports" only.
     path("reports/", page(reports.report_dashboard), name="reports"),
     path("reports/export.csv", page(reports.report_csv), name="reports-csv"),

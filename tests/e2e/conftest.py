@@ -200,6 +200,26 @@ def artifacts() -> Path:
     return path
 
 
+def _vapid_keys() -> dict[str, str]:
+    """A fresh P-256 pair in the settings' forms (as `manage.py vapid_keys` prints them)."""
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    def b64url(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    point = key.public_key().public_bytes(
+        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+    )
+    return {
+        "TOOLNEXUS_VAPID_PUBLIC_KEY": b64url(point),
+        "TOOLNEXUS_VAPID_PRIVATE_KEY": b64url(key.private_numbers().private_value.to_bytes(32)),
+    }
+
+
 @pytest.fixture(scope="session")
 def app(tmp_path_factory, artifacts, pytestconfig) -> Iterator[App]:
     topology = os.environ.get("E2E_TOPOLOGY", "embedded")
@@ -222,6 +242,8 @@ def app(tmp_path_factory, artifacts, pytestconfig) -> Iterator[App]:
         TOOLNEXUS_API_USER_RATE="0",
         # Chip counts of a live inbox follow within 1 s, not the default 5: the checks wait less.
         TOOLNEXUS_LIVE_CHIP_SECONDS="1",
+        # A Web Push key pair: the Notifications page offers push (test_web_push.py).
+        **_vapid_keys(),
     )
     database = None
     admin_url = ""
