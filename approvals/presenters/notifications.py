@@ -9,7 +9,8 @@ from django import forms
 
 from ..conf import app_settings
 from ..domain.notifications import allowed_schemes, chat_url_problems
-from ..models import NotificationDelivery, NotificationPreference
+from ..execution import slack
+from ..models import NotificationDelivery, NotificationPreference, SlackLink
 
 FIELDS = [
     "email_enabled",
@@ -69,9 +70,13 @@ class NotificationPreferenceForm(forms.ModelForm):
 
 
 def notifications_page(
-    form: NotificationPreferenceForm, recent: list[NotificationDelivery]
+    form: NotificationPreferenceForm,
+    recent: list[NotificationDelivery],
+    slack_links: list[SlackLink] | None = None,
 ) -> dict[str, Any]:
     return {
+        "slack_enabled": slack.enabled(),
+        "slack_links": slack_links or [],
         "form": form,
         "recent": recent,
         "enabled": bool(app_settings.NOTIFICATIONS),

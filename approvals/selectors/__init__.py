@@ -36,7 +36,11 @@ from .inbox_query import (  # noqa: F401
     InboxQuery,
     param_text,
 )
-from .notifications import notification_preference, notification_recent  # noqa: F401
+from .notifications import (  # noqa: F401
+    notification_preference,
+    notification_recent,
+    slack_links,
+)
 from .records import (  # noqa: F401
     TOKEN_STATES,
     active_claim,

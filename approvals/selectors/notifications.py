@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import NotificationDelivery, NotificationPreference
+from ..models import NotificationDelivery, NotificationPreference, SlackLink
 
 
 def notification_preference(user: Any) -> NotificationPreference:
@@ -16,3 +16,8 @@ def notification_preference(user: Any) -> NotificationPreference:
 def notification_recent(user: Any, limit: int = 10) -> list[NotificationDelivery]:
     """The user's latest messages, newest first (their state and last error)."""
     return list(NotificationDelivery.objects.filter(user=user).order_by("-id")[:limit])
+
+
+def slack_links(user: Any) -> list[SlackLink]:
+    """The Slack users linked to this person (whose clicks decide as them)."""
+    return list(SlackLink.objects.filter(user=user).order_by("id"))

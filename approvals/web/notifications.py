@@ -37,7 +37,8 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
         return redirect("approvals:notifications")
     status = 400 if request.method == "POST" else 200
     recent = selectors.notification_recent(request.user) if pref.pk else []
-    context = {"nav": "notifications", **notifications_page(form, recent)}
+    links = selectors.slack_links(request.user)
+    context = {"nav": "notifications", **notifications_page(form, recent, links)}
     return _render(request, "approvals/notifications.html", context, status=status)
 
 
