@@ -474,3 +474,25 @@ def test_the_admin_lists_the_links(api):
     admin = session_client(make_user(role="superuser"))
     page = admin.get("/admin/approvals/slacklink/").content.decode()
     assert "ann.slack" in page and "U0ANN" in page
+
+
+def test_a_replayed_click_within_five_minutes_changes_nothing(api):
+    _, row, msg = posted_request()
+    reviewer = make_user()
+    link(reviewer)
+    body = click_body(msg, "decline")
+    headers = signed(body)
+    assert post_click(body, headers).status_code == 200
+    row.refresh_from_db()
+    assert (row.state, row.reason, row.decided_by) == ("declined", "declined", reviewer)
+    decided_at = row.decided_at
+    # The same signed request again (its signature still fresh): the decision stands.
+    assert post_click(body, headers).status_code == 200
+    assert (
+        answers(api)[-1]["text"] == f"Already declined by {reviewer.username}: nothing was changed."
+    )
+    row.refresh_from_db()
+    assert (row.state, row.decided_at) == ("declined", decided_at)
+    # A decline without a reason reads as it is, without repeating the state.
+    shown = json.dumps(api.of("chat.update")[-1]["blocks"])
+    assert f"*Declined by {reviewer.username}*" in shown
