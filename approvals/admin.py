@@ -774,3 +774,51 @@ class NotificationDeliveryAdmin(ReadOnlyAdmin):
     @admin.display(description="last error")
     def error_shown(self, obj):
         return obj.last_error[:120] or "—"
+
+
+@admin.register(models.SlackLink)
+class SlackLinkAdmin(ReadOnlyAdmin):
+    """Which Slack user decides as which person. Made by that person from a signed link;
+    a superuser may remove one (as the person's own "Unlink" does)."""
+
+    list_display = ["user", "slack_name", "slack_user_id", "team_id", "created_at"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "slack_name", "slack_user_id"]
+    readonly_fields = ["user", "slack_name", "slack_user_id", "team_id", "created_at"]
+
+
+@admin.register(models.SlackMessage)
+class SlackMessageAdmin(ReadOnlyAdmin):
+    """Each request's message in the team's Slack channel: its state, attempts and last
+    error (a failing Slack shows here, and in the log)."""
+
+    agent_field = "request__agent"
+    list_display = [
+        "request",
+        "channel",
+        "state",
+        "attempts",
+        "error_shown",
+        "next_attempt_at",
+        "posted_at",
+    ]
+    list_filter = ["state"]
+    list_select_related = ["request"]
+    readonly_fields = [
+        "request",
+        "channel",
+        "ts",
+        "state",
+        "attempts",
+        "last_error",
+        "last_attempt_at",
+        "next_attempt_at",
+        "posted_at",
+        "shown",
+        "update_attempts",
+        "created_at",
+    ]
+
+    @admin.display(description="last error")
+    def error_shown(self, obj):
+        return obj.last_error[:120] or "—"

@@ -322,6 +322,25 @@ def check_vapid_keys(**kwargs: Any) -> list[checks.CheckMessage]:
     ]
 
 
+SLACK_SETTINGS = ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_CHANNEL")
+
+
+def check_slack_settings(**kwargs: Any) -> list[checks.CheckMessage]:
+    """Slack is on only with all three set: some of them alone is a half-done setup that
+    would otherwise be silently off."""
+    missing = [setting_name(n) for n in SLACK_SETTINGS if not getattr(app_settings, n)]
+    if not missing or len(missing) == len(SLACK_SETTINGS):
+        return []
+    return [
+        checks.Warning(
+            f"Slack is off: {', '.join(missing)} not set (the others are).",
+            hint="Set TOOLNEXUS_SLACK_BOT_TOKEN, TOOLNEXUS_SLACK_SIGNING_SECRET and"
+            ' TOOLNEXUS_SLACK_CHANNEL together, or none of them (README, "Slack").',
+            id="approvals.W010",
+        )
+    ]
+
+
 SETTINGS_CHECKS = [
     check_middleware,
     check_task_backend,
@@ -332,6 +351,7 @@ SETTINGS_CHECKS = [
     check_databases,
     check_allowed_hosts,
     check_vapid_keys,
+    check_slack_settings,
 ]
 
 

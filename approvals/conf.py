@@ -137,6 +137,16 @@ DEFAULTS: dict[str, Any] = {
     "VAPID_SUBJECT": "",
     # How long a push service keeps a push for a device that is offline (seconds).
     "PUSH_TTL_SECONDS": 12 * 3600,
+    # -- Slack: a team channel's interactive Approve / Decline (README, "Slack") ------------
+    # Off unless all three are set: the bot's token (scope chat:write), the app's signing
+    # secret (its actions are refused without it) and the channel id new requests go to.
+    "SLACK_BOT_TOKEN": "",
+    "SLACK_SIGNING_SECRET": "",
+    "SLACK_CHANNEL": "",
+    # Slack's Web API (tests point it at a stub on loopback).
+    "SLACK_API_URL": "https://slack.com/api/",
+    # The workspace id (T...) whose actions are taken; empty: the one the app is installed in.
+    "SLACK_TEAM_ID": "",
     # -- triage ------------------------------------------------------------------------------
     # Minutes a reviewer's claim on a request lasts ("I am on it"; 0: until released).
     "CLAIM_MINUTES": 30,

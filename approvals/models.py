@@ -947,3 +947,65 @@ class TeamReport(models.Model):
         managed = False
         default_permissions = ()
         permissions = [("view_reports", "Can view the team reports")]
+
+
+class SlackLink(models.Model):
+    """A Slack user (of one workspace) whom a person linked to their account, once, from a
+    signed link: that Slack user's Approve / Decline clicks decide as this person."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_links"
+    )
+    team_id = models.CharField("Slack workspace id", max_length=32)
+    slack_user_id = models.CharField("Slack user id", max_length=32)
+    slack_name = models.CharField("Slack user name", max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="slack_link_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"Slack {self.slack_name or self.slack_user_id} ({self.team_id}) = {self.user}"
+
+
+class SlackMessage(models.Model):
+    """A request's message in the team's Slack channel: posted by a task with retries, then
+    updated in place (by its channel and ts) with the outcome and who decided."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        POSTED = "posted", "posted"
+        FAILED = "failed", "failed (gave up)"
+
+    request = models.OneToOneField(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="slack_message"
+    )
+    channel = models.CharField(max_length=64, help_text="Slack's channel id.")
+    ts = models.CharField(max_length=32, blank=True, default="", help_text="Slack's message id.")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    posted_at = models.DateTimeField(null=True, blank=True)
+    # What the message shows now (the request's state and approvals), so that an update is
+    # sent only when there is something new to show.
+    shown = models.CharField(max_length=100, blank=True, default="")
+    update_attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"Slack message of request {self.request_id}"
+
+
+class SlackCursor(models.Model):
+    """One row: the audit rows up to `last_event_id` were turned into Slack messages (and
+    their updates)."""
+
+    last_event_id = models.BigIntegerField(default=0)

@@ -614,6 +614,17 @@ DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL") or "toolnexus@localhost"
 TOOLNEXUS_VAPID_PUBLIC_KEY = env("TOOLNEXUS_VAPID_PUBLIC_KEY")
 TOOLNEXUS_VAPID_PRIVATE_KEY = env("TOOLNEXUS_VAPID_PRIVATE_KEY")
 TOOLNEXUS_VAPID_SUBJECT = env("TOOLNEXUS_VAPID_SUBJECT")
+
+# -- Slack: interactive Approve / Decline in a team channel (README, "Slack") ----------------
+
+# Off unless the token, the signing secret and the channel are all set (a check warns when
+# only some are).
+TOOLNEXUS_SLACK_BOT_TOKEN = env("TOOLNEXUS_SLACK_BOT_TOKEN")
+TOOLNEXUS_SLACK_SIGNING_SECRET = env("TOOLNEXUS_SLACK_SIGNING_SECRET")
+TOOLNEXUS_SLACK_CHANNEL = env("TOOLNEXUS_SLACK_CHANNEL")
+TOOLNEXUS_SLACK_API_URL = env("TOOLNEXUS_SLACK_API_URL") or "https://slack.com/api/"
+TOOLNEXUS_SLACK_TEAM_ID = env("TOOLNEXUS_SLACK_TEAM_ID")
+
 # -- the team dashboard (/reports/) ----------------------------------------------------------
 
 # Seconds a period's figures are kept before the database is read again (0: every view).

@@ -53,7 +53,17 @@ from django_tasks_db.models import DBTaskResult
 
 from .. import events
 from ..conf import app_settings
-from . import clients, escalation, heartbeats, notifications, recovery, store, taskrow, webhooks
+from . import (
+    clients,
+    escalation,
+    heartbeats,
+    notifications,
+    recovery,
+    slack,
+    store,
+    taskrow,
+    webhooks,
+)
 from .identity import lease_owner, set_current_worker_id
 
 log = logging.getLogger(__name__)
@@ -473,6 +483,10 @@ class DeliveryWorker(Worker):
             log.debug(
                 "notifications: %s item(s), %s message(s), %s re-queued", items, messages, requeued
             )
+        # The team's Slack channel too (off unless TOOLNEXUS_SLACK_* are set).
+        posts, reposted = slack.maintain()
+        if posts or reposted:
+            log.debug("slack: %s message(s), %s re-queued", posts, reposted)
 
 
 # -- the worker inside `manage.py serve` ---------------------------------------------------------

@@ -10,7 +10,8 @@ from django import forms
 from ..conf import app_settings
 from ..domain.notifications import allowed_schemes, chat_url_problems
 from ..domain.push import push_available
-from ..models import NotificationDelivery, NotificationPreference, WebPushSubscription
+from ..execution import slack
+from ..models import NotificationDelivery, NotificationPreference, SlackLink, WebPushSubscription
 
 FIELDS = [
     "email_enabled",
@@ -82,8 +83,11 @@ def notifications_page(
     form: NotificationPreferenceForm,
     recent: list[NotificationDelivery],
     devices: list[WebPushSubscription],
+    slack_links: list[SlackLink] | None = None,
 ) -> dict[str, Any]:
     return {
+        "slack_enabled": slack.enabled(),
+        "slack_links": slack_links or [],
         "form": form,
         "recent": recent,
         # The browser's applicationServerKey; None: push is not offered on this server.

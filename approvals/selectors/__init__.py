@@ -40,6 +40,7 @@ from .notifications import (  # noqa: F401
     notification_preference,
     notification_recent,
     push_subscriptions,
+    slack_links,
 )
 from .records import (  # noqa: F401
     TOKEN_STATES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import NotificationDelivery, NotificationPreference, WebPushSubscription
+from ..models import NotificationDelivery, NotificationPreference, SlackLink, WebPushSubscription
 
 
 def notification_preference(user: Any) -> NotificationPreference:
@@ -21,3 +21,8 @@ def notification_recent(user: Any, limit: int = 10) -> list[NotificationDelivery
 def push_subscriptions(user: Any) -> list[WebPushSubscription]:
     """The browsers where the user turned push on, newest first."""
     return list(WebPushSubscription.objects.filter(user=user).order_by("-id"))
+
+
+def slack_links(user: Any) -> list[SlackLink]:
+    """The Slack users linked to this person (whose clicks decide as them)."""
+    return list(SlackLink.objects.filter(user=user).order_by("id"))

@@ -45,7 +45,8 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
     status = 400 if request.method == "POST" else 200
     recent = selectors.notification_recent(request.user) if pref.pk else []
     devices = selectors.push_subscriptions(request.user)
-    context = {"nav": "notifications", **notifications_page(form, recent, devices)}
+    links = selectors.slack_links(request.user)
+    context = {"nav": "notifications", **notifications_page(form, recent, devices, links)}
     return _render(request, "approvals/notifications.html", context, status=status)
 
 

@@ -4,7 +4,7 @@ view answers a refusal with the app's own 403 page and a signed-out htmx request
 
 from django.urls import path
 
-from . import bulk_snapshot, follow_up, notifications, reports, rules, triage, views
+from . import bulk_snapshot, follow_up, notifications, reports, rules, slack, triage, views
 
 app_name = "approvals"
 page = views.app_page
@@ -94,6 +94,11 @@ urlpatterns = [
         name="push-remove",
     ),
     path("sw.js", notifications.service_worker, name="service-worker"),
+    # Slack (approvals/web/slack.py): the actions endpoint its buttons post to (signed by
+    # Slack, no session), the page that links a Slack user to an account, and "Unlink".
+    path("slack/actions/", slack.slack_actions, name="slack-actions"),
+    path("slack/link/<str:token>/", page(slack.slack_link), name="slack-link"),
+    path("slack/unlink/<int:link_id>/", page(slack.slack_unlink), name="slack-unlink"),
     # The team dashboard (approvals/web/reports.py): people with "view reports" only.
     path("reports/", page(reports.report_dashboard), name="reports"),
     path("reports/export.csv", page(reports.report_csv), name="reports-csv"),
