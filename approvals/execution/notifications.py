@@ -42,6 +42,7 @@ from .. import event_feed
 from ..conf import WEBHOOK_QUEUE, app_settings
 from ..domain import hostevents
 from ..domain.push import push_available, vapid_subject
+from ..domain.summaries import request_key_arguments, request_what
 from ..models import (
     AgentAccess,
     ApprovalRequest,
@@ -256,39 +257,11 @@ def read_link_token(token: str) -> dict[str, Any]:
     return data
 
 
-def _what(row: ApprovalRequest) -> str:
-    data = row.data if isinstance(row.data, dict) else {}
-    if row.kind == "tool_call":
-        names = [c.tool_name for c in row.call_list()] or row.relay_tool_names()
-        return ", ".join(names) or row.kind
-    if row.kind == "approval":
-        return str(data.get("tool") or row.kind)
-    return row.get_kind_display()
-
-
-def _key_arguments(row: ApprovalRequest, limit: int = 3) -> str:
-    """The first few arguments, `name=value`, short: enough to tell requests apart."""
-    data = row.data if isinstance(row.data, dict) else {}
-    if row.kind == "tool_call":
-        inputs = [c.input for c in row.call_list()]
-    elif row.kind == "approval":
-        inputs = [data.get("input")]
-    else:
-        return " ".join((row.prompt or "").split())[:120]
-    parts = []
-    for values in inputs:
-        if isinstance(values, dict):
-            for key, value in list(values.items())[:limit]:
-                text = " ".join(str(value).split())
-                parts.append(f"{key}={text[:40] + '…' if len(text) > 40 else text}")
-    return ", ".join(parts)
-
-
 def _entry(row: ApprovalRequest, reason: str, user: Any, *, links: bool) -> dict[str, Any]:
     entry = {
         "agent": row.agent,
-        "what": _what(row),
-        "arguments": _key_arguments(row),
+        "what": request_what(row),
+        "arguments": request_key_arguments(row),
         "overdue": reason == OVERDUE,
         "url": public_url(reverse("approvals:request-detail", args=[row.request_id])),
     }

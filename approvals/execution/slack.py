@@ -44,6 +44,7 @@ from slack_sdk.signature import SignatureVerifier
 from .. import event_feed
 from ..conf import WEBHOOK_QUEUE, app_settings
 from ..domain import hostevents
+from ..domain.summaries import request_key_arguments, request_what
 from ..models import ApprovalGiven, ApprovalRequest, SlackCursor, SlackMessage
 from . import notifications
 
@@ -141,8 +142,8 @@ def message(row: ApprovalRequest) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, Block Kit blocks) of a request's message: its agent, tool and key
     arguments, its page's link and, while it waits, the buttons (with a reason field for a
     decline); once decided, the outcome and who decided."""
-    what = notifications._what(row)
-    arguments = notifications._key_arguments(row)
+    what = request_what(row)
+    arguments = request_key_arguments(row)
     title = f"{row.agent} wants {what}"
     lines = [f"*Agent:* {escape(row.agent)}", f"*Tool:* {escape(what)}"]
     if arguments:
