@@ -9,11 +9,12 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_POST
 
 from .. import selectors, snapshots
-from . import triage, views
+from . import errors, triage, views
+from .render import render_page
 
 SNAPSHOT = "approvals/_triage.html#bulk-snapshot"
 
-views.PERMISSION_OF_URL["requests-bulk-snapshot"] = views.DECIDE
+errors.PERMISSION_OF_URL["requests-bulk-snapshot"] = views.DECIDE
 
 
 @require_POST
@@ -32,4 +33,4 @@ def requests_bulk_snapshot(request: HttpRequest) -> HttpResponse:
         else:
             query = selectors.InboxQuery.from_params(request.POST)
             context["snapshot"] = snapshots.take(query, user=request.user, upto=upto, now=drawn)
-    return views._render(request, SNAPSHOT, context)
+    return render_page(request, SNAPSHOT, context)

@@ -30,7 +30,7 @@ from ..models import WebPushSubscription
 from ..presenters import cards
 from ..presenters.notifications import NotificationPreferenceForm, notifications_page
 from ..services import notifications as notification_services
-from .views import _render
+from .render import render_page
 
 
 @require_http_methods(["GET", "POST"])
@@ -47,7 +47,7 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
     devices = selectors.push_subscriptions(request.user)
     links = selectors.slack_links(request.user)
     context = {"nav": "notifications", **notifications_page(form, recent, devices, links)}
-    return _render(request, "approvals/notifications.html", context, status=status)
+    return render_page(request, "approvals/notifications.html", context, status=status)
 
 
 @require_POST
@@ -119,7 +119,7 @@ def service_worker(request: HttpRequest) -> HttpResponse:
 
 def _bad_link(request: HttpRequest, exc: notification_services.BadLink) -> HttpResponse:
     context = {"title": exc.title, "message": str(exc)}
-    return _render(request, "approvals/notify_link.html", context, status=exc.status)
+    return render_page(request, "approvals/notify_link.html", context, status=exc.status)
 
 
 @require_http_methods(["GET", "POST"])
@@ -151,7 +151,7 @@ def notify_link(request: HttpRequest, token: str) -> HttpResponse:
             return _bad_link(request, exc)
         except AlreadyDecided as exc:
             message = cards.nothing_changed(exc.state, exc.decided_by, exc.decided_at)
-            return _render(
+            return render_page(
                 request,
                 "approvals/notify_link.html",
                 {"title": "Already decided", "message": message, "page": page},
@@ -160,7 +160,7 @@ def notify_link(request: HttpRequest, token: str) -> HttpResponse:
         except NotAllowed as exc:
             raise PermissionDenied(str(exc)) from None
         except ServiceError as exc:
-            return _render(
+            return render_page(
                 request,
                 "approvals/notify_link.html",
                 {"title": "Nothing was decided", "message": str(exc), "page": page},
@@ -173,7 +173,7 @@ def notify_link(request: HttpRequest, token: str) -> HttpResponse:
             row.state, row.decided_by.get_username() if row.decided_by else None, row.decided_at
         )
         context = {"title": "Already decided", "message": message, "page": page}
-        return _render(request, "approvals/notify_link.html", context, status=409)
+        return render_page(request, "approvals/notify_link.html", context, status=409)
     return _confirm_page(request, link, holder if claimed_by_other else None)
 
 
@@ -190,4 +190,4 @@ def _confirm_page(
         "page": reverse("approvals:request-detail", args=[row.request_id]),
         "claimed_by": holder.get_username() if holder is not None else "",
     }
-    return _render(request, "approvals/notify_confirm.html", context, status=status)
+    return render_page(request, "approvals/notify_confirm.html", context, status=status)

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 
 from ..permissions import hidden_agents, perm, permission_needed
 from ..presenters import reports as presenter
-from .views import _render
+from .render import render_page
 
 VIEW_REPORTS = perm("view_reports")
 
@@ -36,7 +36,7 @@ def report_dashboard(request: HttpRequest) -> HttpResponse:
         error, status, days = str(exc), 400, presenter.DEFAULT_DAYS
     page = presenter.report_page(days=days, hidden_agents=hidden_agents(request.user))
     context = {"nav": "reports", "report": page, "error": error}
-    return _render(request, "approvals/reports.html", context, status=status)
+    return render_page(request, "approvals/reports.html", context, status=status)
 
 
 @require_GET

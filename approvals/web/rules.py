@@ -18,7 +18,7 @@ from ..permissions import DECIDE_PERMISSION, permission_needed
 from ..presenters.rules import RuleForm, apply_results_view, rule_history_view, rules_page
 from ..services import rule_apply as rule_apply_services
 from ..services import rules as rule_services
-from .views import _confirm, _render
+from .render import confirm_page, render_page
 
 
 def _require_manage(request: HttpRequest) -> None:
@@ -64,7 +64,7 @@ def rule_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         **rules_page(selectors.rule_list(), hidden_agents=hidden),
     }
-    return _render(request, "approvals/rules.html", context, status=status)
+    return render_page(request, "approvals/rules.html", context, status=status)
 
 
 @require_http_methods(["GET", "POST"])
@@ -89,7 +89,7 @@ def rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
         **_rule_page(request, rule),
         "dry_run_limit": selectors.DRY_RUN_DEFAULT,
     }
-    return _render(request, "approvals/rule_edit.html", context, status=status)
+    return render_page(request, "approvals/rule_edit.html", context, status=status)
 
 
 def _dry_run_limit(raw: str | None) -> int:
@@ -123,7 +123,7 @@ def rule_dry_run(request: HttpRequest, rule_id: int) -> HttpResponse:
         "dry_run": result,
         "dry_run_limit": limit,
     }
-    return _render(
+    return render_page(
         request, "approvals/rule_edit.html", context, status=200 if form.is_valid() else 400
     )
 
@@ -140,7 +140,7 @@ def rule_apply(request: HttpRequest, rule_id: int) -> HttpResponse:
     rule = _rule_or_404(rule_id)
     here = reverse("approvals:rule-edit", args=[rule.pk])
     if not request.POST.get("confirmed"):
-        return _confirm(
+        return confirm_page(
             request,
             title=f"Apply rule {rule.pk}, {rule.name}, to pending requests?",
             detail=f"Every pending request it matches now is decided by it ({rule.effect}),"
@@ -163,7 +163,7 @@ def rule_apply(request: HttpRequest, rule_id: int) -> HttpResponse:
         "dry_run_limit": selectors.DRY_RUN_DEFAULT,
         "applied": apply_results_view(outcomes),
     }
-    return _render(request, "approvals/rule_edit.html", context)
+    return render_page(request, "approvals/rule_edit.html", context)
 
 
 @require_POST

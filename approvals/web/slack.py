@@ -18,7 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
 from ..services import slack as slack_services
-from .views import _render
+from .render import render_page
 
 
 @csrf_exempt
@@ -51,13 +51,13 @@ def slack_link(request: HttpRequest, token: str) -> HttpResponse:
             return redirect("approvals:notifications")
     except slack_services.BadSlackLink as exc:
         context = {"title": exc.title, "message": str(exc)}
-        return _render(request, "approvals/notify_link.html", context, status=exc.status)
+        return render_page(request, "approvals/notify_link.html", context, status=exc.status)
     context = {
         "offer": offer,
         "mine": offer.linked_to is not None and offer.linked_to.pk == request.user.pk,
         "theirs": offer.linked_to is not None and offer.linked_to.pk != request.user.pk,
     }
-    return _render(request, "approvals/slack_link.html", context)
+    return render_page(request, "approvals/slack_link.html", context)
 
 
 @require_POST

@@ -34,8 +34,9 @@ from ..domain.exceptions import AlreadyDecided, ClaimedByOther, NotAllowed, Serv
 from ..models import ApprovalRequest, RequestHide
 from ..permissions import can_decide, can_decide_request, hidden_agents, permission_needed
 from ..presenters import cards
-from . import views
+from . import errors, request_pages, views
 from .page_counts import page_counts_html
+from .render import confirm_page, next_url, render_page
 
 VIEW_REQUESTS = views.VIEW_REQUESTS
 DECIDE = views.DECIDE
@@ -46,7 +47,7 @@ MAX_ZONE_CHARS = 64  # the longest IANA name is 32 characters
 CLAIM_BAR = "approvals/_triage.html#claim-bar"
 BULK_RESULT = "approvals/_triage.html#bulk-result"
 
-views.PERMISSION_OF_URL.update(
+errors.PERMISSION_OF_URL.update(
     {
         "requests-bulk": DECIDE,
         "request-claim": DECIDE,
@@ -67,7 +68,7 @@ def _inbox_url(request: HttpRequest, request_id: str = "") -> str:
     """Where a form without JavaScript goes back to: `next` if it is ours, else the inbox
     with the posted filters (and the request selected)."""
     if request.POST.get("next"):
-        return views._next_url(request)
+        return next_url(request)
     params = selectors.InboxQuery.from_params(request.POST).as_params()
     if request_id:
         params["r"] = request_id
@@ -113,8 +114,8 @@ def _claim_bar(
     if not request.htmx:
         getattr(messages, level)(request, message)
         return redirect(_inbox_url(request, request_id))
-    row = views._get_request(request_id, request.user)
-    response = views._render(
+    row = request_pages.get_request_or_404(request_id, request.user)
+    response = render_page(
         request, CLAIM_BAR, claim_bar_context(request, row, message=message, level=level)
     )
     if level == "success" and trigger and {"toolnexus:hidden", "toolnexus:unhidden"} & set(trigger):
@@ -190,8 +191,8 @@ def _view_view(fn):
 @permission_required(VIEW_REQUESTS, raise_exception=True)
 def request_claim_bar(request: HttpRequest, request_id: str) -> HttpResponse:
     """The claim bar alone: the page fetches it again when the request changed live."""
-    row = views._get_request(request_id, request.user)
-    return views._render(request, CLAIM_BAR, claim_bar_context(request, row))
+    row = request_pages.get_request_or_404(request_id, request.user)
+    return render_page(request, CLAIM_BAR, claim_bar_context(request, row))
 
 
 @_decide_view
@@ -271,7 +272,7 @@ def snooze_until(choice: str, minutes: str, now: datetime, zone: tzinfo | None =
 
 @_view_view
 def request_snooze(request: HttpRequest, request_id: str) -> HttpResponse:
-    row = views._get_request(request_id, request.user)
+    row = request_pages.get_request_or_404(request_id, request.user)
     choice, minutes = request.POST.get("for", ""), request.POST.get("minutes", "")
     if not choice and minutes.strip():
         choice = "minutes"  # only the minutes were given
@@ -304,7 +305,7 @@ def _snooze_end(until: datetime, zone: ZoneInfo | None) -> str:
 
 @_view_view
 def request_ignore(request: HttpRequest, request_id: str) -> HttpResponse:
-    views._get_request(request_id, request.user)
+    request_pages.get_request_or_404(request_id, request.user)
     return _act(
         request,
         request_id,
@@ -316,7 +317,7 @@ def request_ignore(request: HttpRequest, request_id: str) -> HttpResponse:
 
 @_view_view
 def request_unhide(request: HttpRequest, request_id: str) -> HttpResponse:
-    views._get_request(request_id, request.user)
+    request_pages.get_request_or_404(request_id, request.user)
     return _act(
         request,
         request_id,
@@ -446,9 +447,7 @@ def _bulk_problem(request: HttpRequest, text: str) -> HttpResponse:
     if not request.htmx:
         messages.error(request, text)
         return redirect(_inbox_url(request))
-    response = views._render(
-        request, BULK_RESULT, {"bulk_error": text, "outcomes": [], "action": ""}
-    )
+    response = render_page(request, BULK_RESULT, {"bulk_error": text, "outcomes": [], "action": ""})
     response["X-Toolnexus-Outcome"] = "error"
     return response
 
@@ -499,7 +498,7 @@ def requests_bulk(request: HttpRequest) -> HttpResponse:
             if line["status"] != "done":
                 messages.warning(request, f"{line['label']}: {line['text']}")
         return redirect(_inbox_url(request))
-    response = views._render(
+    response = render_page(
         request,
         BULK_RESULT,
         {
@@ -530,7 +529,7 @@ def claim_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
         if request.method != "POST" or not user.is_authenticated or not can_decide(user):
             return view(request, request_id, *args, **kwargs)
         try:
-            row = views._get_request(request_id, user)
+            row = request_pages.get_request_or_404(request_id, user)
         except Http404:
             return view(request, request_id, *args, **kwargs)
         holder = selectors.active_claim(row)
@@ -549,7 +548,7 @@ def claim_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
             return view(request, request_id, *args, **kwargs)
         text = f"{name} claimed this request at {_when(row.claimed_at)}."
         if request.htmx:
-            response = views._outcome(
+            response = request_pages.decision_outcome(
                 request,
                 request_id,
                 f"{text} Nothing was sent: decide again to take it over.",
@@ -565,7 +564,7 @@ def claim_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
         request.POST["takeover"] = "1"
         if card.needs_confirmation and request.resolver_match.url_name == "request-approve":
             detail += " The agent's tool runs as soon as you confirm. It cannot be undone."
-        response = views._confirm(
+        response = confirm_page(
             request,
             title=f"Take over from {name}?",
             detail=detail,

@@ -4,7 +4,17 @@ view answers a refusal with the app's own 403 page and a signed-out htmx request
 
 from django.urls import path
 
-from . import bulk_snapshot, follow_up, notifications, reports, rules, slack, triage, views
+from . import (
+    bulk_snapshot,
+    follow_up,
+    notifications,
+    reports,
+    request_pages,
+    rules,
+    slack,
+    triage,
+    views,
+)
 
 app_name = "approvals"
 page = views.app_page
@@ -20,30 +30,36 @@ urlpatterns = [
         page(bulk_snapshot.requests_bulk_snapshot),
         name="requests-bulk-snapshot",
     ),
-    path("requests/<str:request_id>/", page(views.request_detail), name="request-detail"),
-    path("requests/<str:request_id>/card/", page(views.request_card), name="request-card"),
+    path("requests/<str:request_id>/", page(request_pages.request_detail), name="request-detail"),
+    path("requests/<str:request_id>/card/", page(request_pages.request_card), name="request-card"),
     path(
         "requests/<str:request_id>/approve/",
-        page(guard(views.request_approve)),
+        page(guard(request_pages.request_approve)),
         name="request-approve",
     ),
     path(
         "requests/<str:request_id>/output/",
-        page(guard(views.request_output)),
+        page(guard(request_pages.request_output)),
         name="request-output",
     ),
-    path("requests/<str:request_id>/edit/", page(guard(views.request_edit)), name="request-edit"),
+    path(
+        "requests/<str:request_id>/edit/",
+        page(guard(request_pages.request_edit)),
+        name="request-edit",
+    ),
     path(
         "requests/<str:request_id>/respond/",
-        page(guard(views.request_respond)),
+        page(guard(request_pages.request_respond)),
         name="request-respond",
     ),
     path(
-        "requests/<str:request_id>/calls/", page(guard(views.request_calls)), name="request-calls"
+        "requests/<str:request_id>/calls/",
+        page(guard(request_pages.request_calls)),
+        name="request-calls",
     ),
     path(
         "requests/<str:request_id>/decline/",
-        page(guard(views.request_decline)),
+        page(guard(request_pages.request_decline)),
         name="request-decline",
     ),
     # Triage (approvals/web/triage.py): bulk decisions, claims, snooze / ignore / un-hide.

@@ -14,7 +14,7 @@ from django.db import connections
 from django.test import Client, RequestFactory
 from django.utils.functional import SimpleLazyObject
 
-from approvals.web import views
+from approvals.web import errors, views
 
 from .factories import make_user, session_client
 
@@ -138,14 +138,14 @@ def test_the_500_page_renders_without_its_stylesheet_when_static_files_are_broke
 
 
 def test_the_500_page_falls_back_to_djangos_plain_page_when_its_template_fails():
-    real = views.render_to_string
+    real = errors.render_to_string
 
     def broken(name, *args, **kwargs):
         if name == "approvals/500.html":
             raise RuntimeError("broken template")
         return real(name, *args, **kwargs)
 
-    with mock.patch.object(views, "render_to_string", side_effect=broken):
+    with mock.patch.object(errors, "render_to_string", side_effect=broken):
         response = _server_error()
     assert response.status_code == 500
     assert "Server Error (500)" in response.content.decode()
