@@ -106,6 +106,7 @@ async def settle(timeout: float = 5.0) -> None:
     await settling.asend_robust(sender=None, timeout=timeout)
 
 
-def reply_streamed(*, run_id: int, text: str, done: bool) -> None:
-    """Tell whoever listens that run `run_id`'s model reply reads `text` so far."""
-    replied.send_robust(sender=None, run_id=run_id, text=text, done=done)
+def reply_streamed(*, run_id: int, text: str, done: bool, agent: str = "") -> None:
+    """Tell whoever listens that run `run_id`'s model reply reads `text` so far (`agent`: in
+    a team run, the agent replying)."""
+    replied.send_robust(sender=None, run_id=run_id, text=text, done=done, agent=agent)

@@ -331,7 +331,19 @@ async def _drive(
             request_id=request.request_id if request is not None else "",
         )
         if agent.team:  # its state is stored with the step's outcome only (teams.py)
-            return await teams.drive(run, agent, client, toolkit, request, answer)
+            if reply is not None:  # each agent's reply, live, its turns ended by after_llm
+
+                async def end_reply_turn(info: dict[str, Any]) -> None:
+                    if "response" in info:
+                        reply.end_turn()
+
+                client.hooks = _with_checkpoints(client.hooks, end_reply_turn)
+                client.on_text = reply.add
+            try:
+                return await teams.drive(run, agent, client, toolkit, request, answer)
+            finally:
+                if reply is not None:
+                    reply.close()
         client.hooks = _with_checkpoints(client.hooks, checkpoint)
         if decider is not None:
             client.wait_for = wait_for

@@ -17,8 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from toolnexus.agents import current_handle
+
 from .. import events
 from ..conf import app_settings
+from ..domain.teams import agent_of_segment
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +29,9 @@ log = logging.getLogger(__name__)
 class ReplyStream:
     """One run's reply text between the engine and the live layer. Used on one loop."""
 
-    def __init__(self, run_id: int) -> None:
+    def __init__(self, run_id: int, agent: str = "") -> None:
         self.run_id = run_id
+        self.agent = agent  # in a team run: whose reply it is
         self.every = max(0.0, float(app_settings.STREAM_BATCH_SECONDS or 0))
         self.text = ""  # the turn's reply so far
         self.sent = 0  # how much of it was announced
@@ -70,15 +74,42 @@ class ReplyStream:
         self.sent = len(self.text)
         self.sent_at = asyncio.get_running_loop().time()
         try:
-            events.reply_streamed(run_id=self.run_id, text=self.text, done=done)
+            events.reply_streamed(run_id=self.run_id, text=self.text, done=done, agent=self.agent)
         except Exception:  # a page that misses a batch gets the whole reply with the next one
             log.exception("announcing run %s's reply failed", self.run_id)
 
 
-def reply_stream_for(run_id: int, team: bool) -> ReplyStream | None:
-    """The run's reply stream, or None where replies are not streamed: switched off
-    (TOOLNEXUS_STREAM_REPLIES), or a team run (its agents run inside the engine's team
-    runtime, which takes no `on_text`)."""
-    if team or not app_settings.STREAM_REPLIES:
+class TeamReplies:
+    """A team run's replies: one `ReplyStream` per agent (handle), each named by its agent.
+    The engine's runtime calls `add` and the after_llm hook (`end_turn`) with
+    `current_handle()` naming the agent that is replying."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.streams: dict[str, ReplyStream] = {}
+
+    def _stream(self) -> ReplyStream:
+        handle = current_handle() or ""
+        stream = self.streams.get(handle)
+        if stream is None:
+            agent = agent_of_segment(handle.rsplit("/", 1)[-1]) if handle else ""
+            stream = self.streams[handle] = ReplyStream(self.run_id, agent)
+        return stream
+
+    def add(self, piece: str) -> None:
+        self._stream().add(piece)
+
+    def end_turn(self) -> None:
+        self._stream().end_turn()
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
+
+
+def reply_stream_for(run_id: int, team: bool) -> ReplyStream | TeamReplies | None:
+    """The run's reply stream (a team run's: one per agent), or None when replies are not
+    streamed (TOOLNEXUS_STREAM_REPLIES off)."""
+    if not app_settings.STREAM_REPLIES:
         return None
-    return ReplyStream(run_id)
+    return TeamReplies(run_id) if team else ReplyStream(run_id)

@@ -448,16 +448,18 @@ def _on_change(
         log.exception("live push for run %s (request %s) failed", run_id, request_pk)
 
 
-def reply_message(run_id: int, *, text: str, done: bool) -> dict[str, Any]:
+def reply_message(run_id: int, *, text: str, done: bool, agent: str = "") -> dict[str, Any]:
     """A run's model reply so far (execution.streaming), for its pages only."""
-    return {"type": "approvals.reply", "run_id": run_id, "text": text, "done": done}
+    return {"type": "approvals.reply", "run_id": run_id, "text": text, "done": done, "agent": agent}
 
 
-def _on_reply(sender, *, run_id: int, text: str, done: bool, **signal: Any) -> None:
+def _on_reply(
+    sender, *, run_id: int, text: str, done: bool, agent: str = "", **signal: Any
+) -> None:
     # Only the run's own group: its sockets joined it after their viewer's access to this
     # run was checked (consumers.RunConsumer), and check it again before each push.
     try:
-        send([(run_group(run_id), reply_message(run_id, text=text, done=done))])
+        send([(run_group(run_id), reply_message(run_id, text=text, done=done, agent=agent))])
     except Exception:
         log.exception("live push of run %s's reply failed", run_id)
 

@@ -184,9 +184,12 @@ async def run_head_for_change(run_id: int, *, change: str, can_decide: bool) -> 
     return await FRAGMENTS.get(key, lambda: run_head(run_id, can_decide=can_decide))
 
 
-def live_reply(text: str, *, done: bool) -> str:
-    """The run page's entry of the model's reply as it is generated (no query)."""
-    return render_to_string("approvals/run_detail.html#live-reply", {"text": text, "done": done})
+def live_reply(text: str, *, done: bool, agent: str = "") -> str:
+    """The run page's entry of the model's reply as it is generated (no query); in a team
+    run, named by the agent replying."""
+    return render_to_string(
+        "approvals/run_detail.html#live-reply", {"text": text, "done": done, "agent": agent}
+    )
 
 
 def request_list(user, params: dict[str, str], page: int | str | None) -> str:

@@ -163,6 +163,35 @@ def test_host_events_name_the_chain_of_a_team_runs_request(api, chain):
     )
 
 
+def test_each_agents_reply_is_streamed_named_by_its_agent(api, chain, settings):
+    """A team run's replies reach its page live as a single agent's do, each named by the
+    agent replying (the live entry reads "refunds", not "Assistant")."""
+    from approvals import events
+    from approvals.live import rendering
+
+    settings.TOOLNEXUS_STREAM_REPLIES = True
+    heard: list[tuple[str, str, bool]] = []
+
+    def listen(sender, *, run_id, text, done, agent="", **rest):
+        heard.append((agent, text, done))
+
+    events.replied.connect(listen, dispatch_uid="test-team-replies")
+    try:
+        _, request_id = _halted(api)
+        heard.clear()  # the halt's turns called tools only: nothing was said
+        response = post_json(api, f"/api/requests/{request_id}/decline", {"reason": REASON})
+        assert response.status_code == 200, response.content
+        drain()
+    finally:
+        events.replied.disconnect(dispatch_uid="test-team-replies")
+    done = [(agent, text) for agent, text, finished in heard if finished]
+    assert [agent for agent, _ in done] == ["refund", "refunds", "coordinator"]
+    assert done[0][1] == f"refund read: {DECLINED}"
+    assert done[-1][1].startswith("coordinator read: ")
+    entry = rendering.live_reply("refund read", done=False, agent="refund")
+    assert '<span class="chain-agent">refund</span>' in entry and "Assistant" not in entry
+
+
 def test_a_decline_reaches_the_deepest_agent_and_each_parent_reports_up(api, chain):
     run_id, request_id = _halted(api)
     response = post_json(api, f"/api/requests/{request_id}/decline", {"reason": REASON})

@@ -191,6 +191,21 @@ async def test_the_reply_is_escaped():
     assert _reply_text(frame) == "&lt;script&gt;x&lt;/script&gt; &amp; co"
 
 
+async def test_a_team_agents_reply_is_named_by_its_agent_on_the_page():
+    """In a team run the entry says which agent is replying, escaped as any text is."""
+    reviewer = await user_of("reviewer")
+    run, _ = await halted_run(reviewer)
+    comm, _ = await open_socket(f"/ws/runs/{run.pk}/", reviewer)
+    try:
+        message = publisher.reply_message(run.pk, text="on it", done=False, agent="<refunds>")
+        await get_channel_layer().group_send(run_group(run.pk), message)
+        frame = await comm.receive_from(timeout=TIMEOUT)
+    finally:
+        await comm.disconnect()
+    assert '<span class="chain-agent">&lt;refunds&gt;</span>' in frame
+    assert "Assistant" not in frame and _reply_text(frame) == "on it"
+
+
 # -- the batches -------------------------------------------------------------------------------
 
 

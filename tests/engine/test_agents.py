@@ -44,6 +44,7 @@ from toolnexus import (
     ToolResult,
     create_in_process_client,
 )
+from toolnexus.agents import current_handle
 from toolnexus.approval import approval_required
 from toolnexus.relay import RelayResult, answer_declined, relay_answer, relay_tool
 
@@ -164,6 +165,25 @@ async def test_task_runs_a_team_member_and_the_parent_reads_only_its_final_text(
     assert result.tool_calls == 2
     child = rt.handle("root/coordinator.1/refunds.1")
     assert child.state == "closed" and child.outcome["text"] == "refunded order 7"
+
+
+async def test_each_agents_reply_streams_through_on_text_naming_its_handle():
+    """The client's `on_text` hears every agent of the team as it replies, each piece with
+    `current_handle()` naming the agent that generates it (a page can say who is replying)."""
+    heard: list[tuple[str | None, str]] = []
+    team = Team(
+        coordinator=[calls(task("t1", "refunds", "refund order 7")), say("all done")],
+        refunds=[say("refunded order 7")],
+    )
+    agents = [agent("coordinator", tools=[], team=["refunds"]), agent("refunds", tools=[])]
+    client = team.client(on_text=lambda delta: heard.append((current_handle(), delta)))
+    async with await kit() as tk:
+        result = await Runtime(agents, client=client, toolkit=tk).run("coordinator", "go")
+    assert result.status == "done"
+    assert heard == [
+        ("root/coordinator.1/refunds.1", "refunded order 7"),
+        ("root/coordinator.1", "all done"),
+    ]
 
 
 async def test_a_target_outside_the_team_is_an_error_result_listing_the_team():

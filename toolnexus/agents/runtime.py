@@ -60,8 +60,9 @@ def _with_path(request: Request, handle_id: str) -> Request:
 class Runtime:
     """Runs agents that delegate to each other (see the `toolnexus.agents` docstring).
 
-    `client` supplies the model connection (its backend, model, hooks, timeout and, as the
-    default turn cap, `max_turns`); each agent brings its own system prompt. `toolkit` holds
+    `client` supplies the model connection (its backend, model, hooks, timeout, `on_text`
+    and, as the default turn cap, `max_turns`); each agent brings its own system prompt.
+    The hooks and `on_text` run with `current_handle()` naming the agent that called them. `toolkit` holds
     the tools agents see a view of. `state` is a `to_dict()` of an earlier runtime.
     """
 
@@ -353,6 +354,8 @@ class Runtime:
             hooks=base.hooks,
             timeout=base.timeout,
             budget_check=budget_check,
+            # Every agent's reply as it is generated; `current_handle()` tells whose.
+            on_text=base.on_text,
         )
 
     def _escalator(self, h: Handle) -> WaitFor | None:

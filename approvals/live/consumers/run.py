@@ -100,7 +100,11 @@ class RunConsumer(_Base):
         (replaced by the stored transcript when the turn's outcome is rendered)."""
         if not await self.still_allowed():
             return
-        await self.push(rendering.live_reply(event["text"], done=bool(event.get("done"))))
+        await self.push(
+            rendering.live_reply(
+                event["text"], done=bool(event.get("done")), agent=event.get("agent") or ""
+            )
+        )
 
     async def disconnect(self, code: int) -> None:
         sending = getattr(self, "sending", None)
