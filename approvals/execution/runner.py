@@ -39,6 +39,7 @@ from toolnexus import (
     Answer,
     RunResult,
 )
+from toolnexus.agents import current_handle
 from toolnexus.dialects import ANTHROPIC, OPENAI
 from toolnexus.mcp import McpServer
 from toolnexus.relay import RelayResult, answer_declined, relay_answer
@@ -331,16 +332,28 @@ async def _drive(
             request_id=request.request_id if request is not None else "",
         )
         if agent.team:  # its state is stored with the step's outcome only (teams.py)
-            if reply is not None:  # each agent's reply, live, its turns ended by after_llm
 
-                async def end_reply_turn(info: dict[str, Any]) -> None:
-                    if "response" in info:
+            async def note_turn(info: dict[str, Any]) -> None:
+                # Where each agent's newest turn sits in its own transcript: the journal's
+                # key for a relay call a rule approves in it. Its live reply's turn ends.
+                if "response" in info:
+                    step.team_turns[current_handle() or ""] = len(info["messages"]) - 1
+                    if reply is not None:
                         reply.end_turn()
 
-                client.hooks = _with_checkpoints(client.hooks, end_reply_turn)
+            client.hooks = _with_checkpoints(client.hooks, note_turn)
+            if reply is not None:  # each agent's reply, live
                 client.on_text = reply.add
             try:
-                return await teams.drive(run, agent, client, toolkit, request, answer)
+                return await teams.drive(
+                    run,
+                    agent,
+                    client,
+                    toolkit,
+                    request,
+                    answer,
+                    wait_for=wait_for if decider is not None else None,
+                )
             finally:
                 if reply is not None:
                     reply.close()

@@ -29,6 +29,7 @@ from typing import Any
 
 from toolnexus import Answer, Client, RunResult
 from toolnexus.agents import AgentResult, Runtime
+from toolnexus.loop import WaitFor
 
 from .. import agents
 from ..models import ApprovalRequest, Run
@@ -118,11 +119,20 @@ async def drive(
     toolkit: Any,
     request: ApprovalRequest | None,
     answer: Answer | None,
+    *,
+    wait_for: WaitFor | None = None,
 ) -> TeamRunResult:
-    """One step of a team run on the step's toolkit (its tools journaled) and client."""
+    """One step of a team run on the step's toolkit (its tools journaled) and client.
+    `wait_for` (the step's rules) is asked first about every call that suspends, at any
+    depth: a call it decides never climbs; for the others it answers HALT."""
     before = run.team_state
     runtime = Runtime(
-        agent.team, client=client, toolkit=toolkit, budget=agent.team_budget, state=before
+        agent.team,
+        client=client,
+        toolkit=toolkit,
+        budget=agent.team_budget,
+        wait_for=wait_for,
+        state=before,
     )
     if before is None:
         outcome = await runtime.run(agent.coordinator, run.prompt)

@@ -44,6 +44,8 @@ class Step:
     applied_pk: int | None  # the decided request to mark applied with the next stored transcript
     unsaved: list[dict[str, Any]] | None = None  # the newest transcript, not stored yet
     turn_index: int = -1  # where the newest assistant turn sits (a rule-run call's journal key)
+    # A team run's: where each agent's newest turn sits in its own transcript, by handle.
+    team_turns: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def store_unsaved(self) -> None:
         """Store the newest transcript now (before a tool runs)."""
@@ -62,8 +64,10 @@ def run_inline(agent: agents.Agent, call: RequestCall, step: Step) -> tuple[str,
     """A relay call a rule approved: its executor runs now, journaled under the turn that
     called it, the transcript stored first (as before any tool)."""
     step.store_unsaved()
+    handle = current_handle() or ""  # a team run's asking agent (its turn, its journal keys)
+    index = step.team_turns.get(handle, -1) if handle else step.turn_index
     output, is_error, _ = run_executor(
-        call.request.run, agent, call, step.turn_index, defer_finish=False
+        call.request.run, agent, call, index, defer_finish=False, handle=handle
     )
     return output, is_error
 

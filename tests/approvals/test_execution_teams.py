@@ -232,3 +232,85 @@ def test_the_demo_team_runs_the_refund_once_approved():
     assert run.text == (
         "The refunds desk reports: Done with refund: refund issued: $12 to order B-8."
     )
+
+
+# -- rules decide a sub-agent's calls as a single agent's ----------------------------------
+
+
+def _rule(**fields):
+    from approvals.models import Rule
+
+    fields.setdefault("name", "small refunds")
+    return Rule.objects.create(**fields)
+
+
+def test_an_approve_rule_runs_a_sub_agents_relay_call_inline_under_its_handle(team):
+    from approvals.models import ApprovalRequest
+
+    rule = _rule(
+        agent="support-team", tool="refund", effect="approve", condition="args.amount <= 50"
+    )
+    run = testing.start(agent="support-team", prompt="Customer wants a refund for A-1")
+    assert run.status == "done", run.error
+    assert run.text == "coordinator read: refunds read: refunded A-1"
+    assert team.effects.refunds == ["A-1"]
+    row = run.requests.get()  # the record keeps the call, decided by the rule, never pending
+    assert row.state == ApprovalRequest.State.APPROVED and row.decided_by_rule == rule
+    assert row.data["path"] == REFUNDS_PATH and row.decided_by is None
+    refund = ToolExecution.objects.get(run=run, tool_name="refund")
+    # journaled under the asking agent's handle and its halted turn, as a person's approval is
+    assert (refund.handle, refund.message_index) == ("root/coordinator.1/refunds.1", 4)
+    assert Event.objects.filter(run=run, action="request_created").count() == 1
+
+
+def test_a_decline_rule_reaches_the_sub_agent_which_recovers(team):
+    _rule(
+        agent="support-team", tool="refund", effect="decline", reason="refunds go through billing"
+    )
+    run = testing.start(agent="support-team", prompt="Customer wants a refund for A-1")
+    assert run.status == "done", run.error
+    said = "relay declined for refund: refunds go through billing"
+    assert run.text == f"coordinator read: refunds read: {said}"
+    assert team.effects.refunds == []
+    assert run.requests.get().decided_by_rule is not None
+
+
+def test_a_require_rule_halts_a_sub_agents_call_with_its_requirement(team):
+    _rule(tool="refund", effect="require_approvers", approvals_needed=2)
+    run = _halted(team)
+    request = run.requests.get()
+    assert request.data["path"] == REFUNDS_PATH
+    assert request.requirement.approvals_needed == 2
+    assert team.effects.refunds == []
+
+
+def test_a_rule_out_of_scope_leaves_the_sub_agents_call_to_a_person(team):
+    _rule(agent="someone-else", tool="refund", effect="approve")
+    run = _halted(team)
+    assert run.requests.get().state == "pending"
+
+
+def test_a_sub_agents_request_is_declined_in_bulk_and_recorded_as_any_other(team):
+    from .factories import make_user, post_json, session_client
+
+    run = _halted(team)
+    request = run.requests.get()
+    reviewer = make_user()
+    response = post_json(
+        session_client(reviewer),
+        "/api/requests/bulk",
+        {"ids": [request.request_id], "action": "decline", "reason": "over the policy"},
+    )
+    assert response.json()["results"] == [
+        {
+            "id": request.request_id,
+            "status": "done",
+            "message": response.json()["results"][0]["message"],
+        }
+    ]
+    testing.drain()
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    assert run.text == "coordinator read: refunds read: relay declined for refund: over the policy"
+    declined = Event.objects.get(run=run, action="request_declined")
+    assert declined.actor == reviewer and declined.detail["reason"] == "over the policy"
