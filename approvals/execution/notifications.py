@@ -69,6 +69,8 @@ LINK_SALT = "approvals.notifications.link"
 LINK_ACTIONS = ("approve", "decline")
 # The kinds an email link may approve as shown (a question needs its typed answer).
 LINK_KINDS = ("tool_call", "approval")
+# A push's buttons (a decline's reason is asked on the confirmation page).
+PUSH_ACTION_TITLES = {"approve": "Approve", "decline": "Decline…"}
 
 
 def enabled() -> bool:
@@ -294,11 +296,16 @@ def compose(
     return subject[:300], body
 
 
-def push_message(user: Any, items: list[NotificationItem], *, digest: bool) -> tuple[str, str, str]:
-    """(title, body, url) of one push: what the email says of each request (agent, tool, key
-    arguments), in the few lines a notification shows; its click opens the request's page,
-    or the inbox for a digest."""
-    entries = [_entry(i.request, i.reason, user, links=False) for i in items]
+def push_message(
+    user: Any, items: list[NotificationItem], *, digest: bool
+) -> tuple[str, str, str, list[dict[str, str]]]:
+    """(title, body, url, actions) of one push: what the email says of each request (agent,
+    tool, key arguments), in the few lines a notification shows; its click opens the
+    request's page, or the inbox for a digest. A push about one request its person may
+    decide has Approve / Decline buttons: the email's signed links, each opening the
+    confirmation page (nothing is decided by the click itself)."""
+    single = len(items) == 1
+    entries = [_entry(i.request, i.reason, user, links=single) for i in items]
     subject, _ = compose(user, items, digest=digest, links=False)
     lines = [
         ("[overdue] " if e["overdue"] else "")
@@ -309,8 +316,13 @@ def push_message(user: Any, items: list[NotificationItem], *, digest: bool) -> t
     shown = 3
     if len(lines) > shown:
         lines = [*lines[:shown], f"and {len(lines) - shown} more"]
-    url = entries[0]["url"] if len(entries) == 1 else public_url(reverse("approvals:inbox"))
-    return subject, "\n".join(lines), url
+    url = entries[0]["url"] if single else public_url(reverse("approvals:inbox"))
+    actions = [
+        {"action": action, "title": PUSH_ACTION_TITLES[action], "url": entries[0][f"{action}_url"]}
+        for action in LINK_ACTIONS
+        if single and entries[0].get(f"{action}_url")
+    ]
+    return subject, "\n".join(lines), url, actions
 
 
 def _push_targets(user: Any) -> list[str]:
@@ -338,10 +350,11 @@ def _send(pref: NotificationPreference, items: list[NotificationItem], *, digest
     if pref.push_enabled:
         endpoints = _push_targets(user)
         if endpoints:
-            title, text, url = push_message(user, items, digest=digest)
-            # One delivery per browser: a phone that is gone never delays the laptop.
+            title, text, url, actions = push_message(user, items, digest=digest)
+            # One delivery per browser: a phone that is gone never delays the laptop. Its
+            # buttons' links are the same (single use: one decision, from any of them).
             for endpoint in endpoints:
-                made += _deliver(user, PUSH, endpoint, title, text, url=url)
+                made += _deliver(user, PUSH, endpoint, title, text, url=url, actions=actions)
     return made
 
 
@@ -466,6 +479,8 @@ def _send_push(delivery: NotificationDelivery) -> tuple[str, bool]:
         "icon": _icon_url(),
         "tag": f"toolnexus-{delivery.pk}",
     }
+    if delivery.actions:
+        payload["actions"] = delivery.actions
     try:
         webpush(
             subscription_info={

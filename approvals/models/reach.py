@@ -220,6 +220,8 @@ class NotificationDelivery(models.Model):
     body = models.TextField()
     # The page a push opens when clicked (a push carries no text to read a link from).
     url = models.CharField(max_length=500, blank=True, default="")
+    # A push's buttons: [{"action": "approve", "title": "Approve", "url": <a signed link>}].
+    actions = models.JSONField(default=list, blank=True)
     is_test = models.BooleanField(default=False)
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveIntegerField(default=0)

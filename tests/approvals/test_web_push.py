@@ -281,6 +281,48 @@ def test_a_new_request_is_pushed_encrypted_and_signed_with_vapid(service):
     assert WebPushSubscription.objects.get().last_success_at is not None
 
 
+def test_a_push_about_one_request_has_approve_and_decline_buttons_with_signed_links(service):
+    browser = Browser()
+    reviewer = pushed_reviewer(service, browser)
+    run = start_and_halt(user=make_user())
+    row = run.requests.get()
+    testing.deliver_webhooks()
+    payload = browser.read(service.received[0]["body"])
+    actions = payload["actions"]
+    assert [(a["action"], a["title"]) for a in actions] == [
+        ("approve", "Approve"),
+        ("decline", "Decline…"),
+    ]
+    prefix = "https://approvals.example.test/notifications/link/"
+    assert all(a["url"].startswith(prefix) for a in actions)
+    client = session_client(reviewer)
+    decline = actions[1]["url"].removeprefix("https://approvals.example.test")
+    page = client.get(decline)  # the button opens the confirmation page: nothing decided
+    assert page.status_code == 200 and b"Decline" in page.content
+    row.refresh_from_db()
+    assert row.state == "pending"
+    assert client.post(decline, {"reason": "not today"}).status_code == 302
+    row.refresh_from_db()
+    assert (row.state, row.reason, row.decided_by) == ("declined", "not today", reviewer)
+    again = client.post(decline, {"reason": "twice"})  # single use
+    assert again.status_code == 410 and b"twice" not in again.content
+
+
+def test_a_digest_push_and_a_watchers_push_have_no_buttons():
+    from approvals.models import NotificationItem
+
+    reviewer, watcher = make_user(), make_user(role="watcher")
+    rows = [start_and_halt(user=make_user()).requests.get() for _ in range(2)]
+    items = [NotificationItem(user=reviewer, request=r) for r in rows]
+    *_, digest_actions = notifications.push_message(reviewer, items, digest=True)
+    assert digest_actions == []
+    *_, one_actions = notifications.push_message(reviewer, items[:1], digest=False)
+    assert [a["action"] for a in one_actions] == ["approve", "decline"]
+    watching = [NotificationItem(user=watcher, request=rows[0])]
+    *_, watcher_actions = notifications.push_message(watcher, watching, digest=False)
+    assert watcher_actions == []
+
+
 def test_a_gone_subscription_is_removed_and_its_push_not_retried(service):
     pushed_reviewer(service, Browser())
     service.answers = [410]
