@@ -107,6 +107,7 @@ DEFAULTS: dict[str, Any] = {
         "jsons",
         "form",
         "forms",
+        "slack",
         "discord",
         "msteams",
         "matrix",

@@ -338,6 +338,18 @@ def test_the_page_saves_settings_and_refuses_bad_chat_urls_at_the_field(chat):
     assert "No test sent: no email address to send to" in no_email.content.decode()
 
 
+def test_the_services_the_issue_names_are_accepted_by_default():
+    from approvals.domain.notifications import chat_url_problems
+
+    for url in [
+        "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/%23general",
+        "discord://4174216298/JHMHI8qBe7bk2ZwO5U711o3dV_js",
+        "matrixs://user:pass@matrix.example.test/%23room",
+        "tgram://123456789:abcdefg_hijklmnop/12315544/",
+    ]:
+        assert chat_url_problems(url) == [], url
+
+
 def test_the_page_and_the_test_need_a_sign_in(settings):
     client = session_client()
     assert client.get("/notifications/").status_code == 302
