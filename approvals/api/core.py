@@ -183,7 +183,23 @@ api = ToolnexusAPI(
         " throttled per token, per user and, for failed bearer authentication, per client"
         " address, and starting runs per user per minute: over a limit the answer is 429"
         " with a `Retry-After` header (seconds). Runs and requests of agents your groups may"
-        " not see are left out of lists and are 404."
+        " not see are left out of lists and are 404.\n\n"
+        "## Host events\n\n"
+        "Hear what happens either by listening to `GET /api/events` (server-sent events,"
+        " resumable with `Last-Event-ID`) or through webhooks (the admin's \"Webhook"
+        ' subscriptions"). Each webhook is a JSON POST signed per the Standard Webhooks'
+        " specification: headers `webhook-id` (the event's id, the same on every attempt:"
+        " drop repeats by it), `webhook-timestamp` (Unix seconds) and `webhook-signature`"
+        " (`v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>`, keyed with"
+        " the subscription's secret, base64-decoded after its `whsec_` prefix). Verify the"
+        " raw body before parsing it, with any Standard Webhooks library, for example in"
+        " Python:\n\n"
+        "```python\n"
+        "from standardwebhooks.webhooks import Webhook\n\n"
+        "event = Webhook(SECRET).verify(raw_body, headers)  # raises if forged or stale\n"
+        "```\n\n"
+        "Refuse a timestamp more than five minutes from your clock. Delivery is at least"
+        " once; a receiver that does not answer 2xx in time is retried with backoff."
     ),
     auth=[BearerToken(), BrowserSession()],
     throttle=[TokenRateThrottle(), UserRateThrottle()],
