@@ -52,15 +52,18 @@ def _user_text(messages: list[dict[str, Any]]) -> str:
 
 def _coordinate(request: InProcessRequest) -> InProcessResponse:
     messages = request.messages
-    results = [m for m in messages if m.get("role") == "tool"]
-    if not results:
-        task = {"agent": "refunds", "prompt": _user_text(messages)}
+    last = messages[-1] if messages else {}
+    if last.get("role") == "user":  # a new ask: the run's prompt, or a follow-up
+        asks = sum(1 for m in messages if m.get("role") == "user")
+        task = {"agent": "refunds", "prompt": last.get("content") or _user_text(messages)}
+        call_id = "call_task" if asks == 1 else f"call_task_{asks}"
         return InProcessResponse(
             content="I will ask the refunds desk.",
-            tool_calls=[InProcessToolCall("call_task", "task", task)],
+            tool_calls=[InProcessToolCall(call_id, "task", task)],
             usage={"prompt_tokens": 50, "completion_tokens": 14},
         )
-    said = results[-1].get("content") or ""
+    results = [m for m in messages if m.get("role") == "tool"]
+    said = (results[-1].get("content") or "") if results else ""
     return InProcessResponse(
         content=f"The refunds desk reports: {said}",
         usage={"prompt_tokens": 70, "completion_tokens": 25},

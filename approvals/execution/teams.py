@@ -8,6 +8,8 @@ its transcript). A step of a team run (see runner.drive):
 - else resumes the stored state with `Runtime.resume(answer)`: the decided request is the
   asking agent's own (its `data.path` names it), so the answer goes to that sub-agent, which
   resumes from its checkpoint, then each agent above it re-attaches to it;
+- or, for a finished run given a follow-up (the stored transcript ends with it), continues
+  the coordinator with it (`Runtime.follow_up`), its conversation and its team kept;
 - ends done, incomplete, or halted again on the request of whichever agent asked, stored
   exactly as a single agent's halt is (an ApprovalRequest whose `data.path` names the chain).
 
@@ -34,7 +36,14 @@ from toolnexus.loop import WaitFor
 from .. import agents
 from ..models import ApprovalRequest, Run
 
-__all__ = ["TeamRunFailed", "TeamRunResult", "drive", "halted_position", "top_transcript"]
+__all__ = [
+    "TeamRunFailed",
+    "TeamRunResult",
+    "drive",
+    "follow_up_of",
+    "halted_position",
+    "top_transcript",
+]
 
 # The top-level statuses a run stores as its outcome; any other one fails the run.
 _STORED = ("done", "pending", "incomplete")
@@ -72,6 +81,19 @@ def top_transcript(state: dict[str, Any] | None) -> list[dict[str, Any]]:
     handle = next((h for h in state.get("handles") or [] if h.get("id") == top), None)
     checkpoint = (handle or {}).get("checkpoint") or {}
     return messages + list(checkpoint.get("messages") or [])
+
+
+def follow_up_of(run: Run) -> str | None:
+    """The follow-up a finished team run was given (services.run_follow_up adds it to the
+    stored transcript, the coordinator's, one message past what the state holds), or None."""
+    messages = run.messages or []
+    held = top_transcript(run.team_state)
+    if len(messages) != len(held) + 1:
+        return None
+    last = messages[-1]
+    if last.get("role") != "user" or not isinstance(last.get("content"), str):
+        return None
+    return last["content"]
 
 
 def halted_position(run: Run) -> tuple[str, int]:
@@ -138,6 +160,8 @@ async def drive(
         outcome = await runtime.run(agent.coordinator, run.prompt)
     elif request is not None and answer is not None:
         outcome = await runtime.resume(answer)
+    elif (message := follow_up_of(run)) is not None:
+        outcome = await runtime.follow_up(message)
     else:
         # Stored states are written with a step's outcome only: one that is not halted on a
         # decided request has nothing left to drive.

@@ -154,15 +154,13 @@ def run_follow_up(*, run_id: int, user: Any, message: Any) -> Run:
         registered = agents.get(run.agent)
         if registered is None:
             raise InvalidInput(f"agent: {run.agent!r} is no longer registered")
-        if registered.team:
-            # Its state is the runtime's tree, not this transcript: not built yet.
-            raise InvalidInput(f"agent: {run.agent!r} is a team; its runs take no follow-up yet")
         if run.status not in (RunStatus.DONE, RunStatus.INCOMPLETE):
             raise InvalidTransition(
                 f"run {run.pk} is {run.status}: only a finished run (done, or stopped at its"
                 " turn limit) takes a follow-up"
             )
-        # The same shape in both dialects the engine speaks.
+        # The same shape in both dialects the engine speaks. A team run's transcript is its
+        # coordinator's: the worker hands the message to it (execution.teams).
         run.messages = [*run.messages, {"role": "user", "content": message}]
         set_run_status(run, RunStatus.QUEUED, actor=user, action=FOLLOW_UP, message=message)
         run.text = ""

@@ -29,7 +29,17 @@ pytestmark = pytest.mark.django_db
 COORDINATOR = "root/coordinator.1"
 REFUNDS = f"{COORDINATOR}/refunds.1"
 REFUND = f"{REFUNDS}/refund.1"
-ONCE = ["idle→running", "running→suspended", "suspended→idle", "idle→running", "running→idle"]
+# Each level started, halted and resumed once. Before it halts, each level is suspended while
+# the step's rules are consulted about the call (the runtime's wait_for), then runs on to halt.
+ONCE = [
+    "idle→running",
+    "running→suspended",  # asking the rules
+    "suspended→running",  # no rule decided: the call halts the run
+    "running→suspended",
+    "suspended→idle",
+    "idle→running",
+    "running→idle",
+]
 
 
 class _Killed(BaseException):

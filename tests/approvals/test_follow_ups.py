@@ -110,7 +110,7 @@ def test_the_run_page_box_sends_a_follow_up_and_keeps_the_text_when_refused():
     assert b'name="message"' not in watcher_page.content
 
 
-def test_a_team_run_says_it_takes_no_follow_up_yet():
+def test_a_team_run_takes_a_follow_up_its_coordinator_continues_and_may_halt_again():
     reviewer = make_user()
     client = session_client(reviewer)
     created = post_json(
@@ -118,9 +118,36 @@ def test_a_team_run_says_it_takes_no_follow_up_yet():
     )
     run_id = created.json()["id"]
     drain()
-    for row in Run.objects.get(pk=run_id).requests.filter(state="pending"):
-        post_json(client, f"/api/requests/{row.request_id}/decline", {})
-        drain()
-    assert Run.objects.get(pk=run_id).status == "done"
-    refused = post_json(client, f"/api/runs/{run_id}/messages", {"message": "and another"})
-    assert refused.status_code == 400 and "is a team" in refused.json()["detail"]
+    first = Run.objects.get(pk=run_id).requests.get(state="pending")
+    post_json(client, f"/api/requests/{first.request_id}/decline", {"reason": "not this one"})
+    drain()
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "done", run.error
+    turns, tokens = run.turns, run.usage.get("total_tokens", 0)
+    sent = post_json(
+        client, f"/api/runs/{run_id}/messages", {"message": "Refund order A-2, $7 instead"}
+    )
+    assert sent.status_code == 200, sent.content
+    drain()
+    run = fresh(run)
+    assert run.status == "pending", run.error  # the refunds agent asks again
+    again = run.requests.get(state="pending")
+    assert again.data["path"] == ["root", "coordinator.1", "refunds.2"]
+    assert "A-2" in str(again.call_list()[0].input)
+    handles = [h["id"] for h in run.team_state["handles"]]
+    assert handles == [
+        "root",
+        "root/coordinator.1",
+        "root/coordinator.1/refunds.1",
+        "root/coordinator.1/refunds.2",
+    ]  # the same coordinator, a new child for the new ask
+    post_json(client, f"/api/requests/{again.request_id}/approve", {})
+    drain()
+    run = fresh(run)
+    assert run.status == "done", run.error
+    assert "A-2" in run.text and run.turns > turns
+    assert run.usage.get("total_tokens", 0) > tokens
+    users = [m["content"] for m in run.messages if m.get("role") == "user"]
+    assert users == ["Plan a refund for order A-1, $5", "Refund order A-2, $7 instead"]
+    asked = Event.objects.get(run=run, action="run_followed_up")
+    assert asked.actor == reviewer

@@ -34,6 +34,7 @@ from tests.engine.helpers import (
     tool_call_ids,
 )
 from toolnexus import (
+    HALT,
     Agent,
     Answer,
     Budget,
@@ -1023,3 +1024,102 @@ async def test_definitions_are_checked_when_the_runtime_is_built():
         Runtime([agent("coordinator", tools=["ghost"])], client=Team().client())
     with pytest.raises(ValueError, match="two agents"):
         Runtime([agent("a"), agent("a")], client=Team().client())
+
+
+# -- follow-ups ----------------------------------------------------------------------------
+
+
+async def test_a_follow_up_continues_the_finished_top_agent_with_its_conversation_kept():
+    team = Team(
+        coordinator=[
+            calls(task("t1", "refunds", "refund 40")),
+            say("refunded 40"),
+            calls(task("t2", "refunds", "refund 15 more")),
+            say("refunded 15 more too"),
+        ],
+        refunds=[say("paid 40"), say("paid 15")],
+    )
+    agents = [agent("coordinator", team=["refunds"]), agent("refunds")]
+    async with await kit() as tk:
+        rt = Runtime(agents, client=team.client(), toolkit=tk)
+        first = await rt.run("coordinator", "refund the customer")
+        turns = rt.handle("root/coordinator.1").turns
+        second = await rt.follow_up("and 15 more, please")
+        state = roundtrip(rt.to_dict())
+    assert (first.status, first.text) == ("done", "refunded 40")
+    assert (second.status, second.text) == ("done", "refunded 15 more too")
+    assert second.handle == "root/coordinator.1"  # the same agent, not a new top-level one
+    assert rt.handle("root/coordinator.1").turns == turns + 2
+    # the model saw the whole conversation, then the follow-up
+    sent = team.seen["coordinator"][2]["messages"]
+    users = [text_of(m["content"]) for m in sent if m.get("role") == "user"]
+    assert users == ["refund the customer", "and 15 more, please"]
+    assert team.results("coordinator", 2)["t1"] == "paid 40"
+    assert [h["id"] for h in state["handles"]] == [
+        "root",
+        "root/coordinator.1",
+        "root/coordinator.1/refunds.1",
+        "root/coordinator.1/refunds.2",
+    ]
+
+
+async def test_a_follow_up_may_halt_again_and_resume_and_is_refused_when_nothing_finished():
+    refund = Refund()
+    team = Team(
+        coordinator=[say("hello"), calls(task("t1", "refunds", "refund 40")), say("told them")],
+        refunds=[calls(C("r1", "refund", {"amount": 40})), say("refunded")],
+    )
+    agents = [agent("coordinator", team=["refunds"]), agent("refunds", tools=["refund"])]
+    async with await kit(refund) as tk:
+        rt = Runtime(agents, client=team.client(), toolkit=tk)
+        with pytest.raises(ResumeError, match="nothing to follow up"):
+            await rt.follow_up("too early")
+        await rt.run("coordinator", "hi")
+        with pytest.raises(ValueError, match="non-empty"):
+            await rt.follow_up("  ")
+        halted = await rt.follow_up("now refund 40")
+        assert halted.status == "pending" and halted.pending.data["path"][-1] == "refunds.1"
+        with pytest.raises(ResumeError, match="halted on a pending request"):
+            await rt.follow_up("again")
+        done = await rt.resume(Answer(id=halted.pending.id, ok=True))
+    assert (done.status, done.text) == ("done", "told them") and refund.count == 1
+
+
+async def test_a_wait_for_that_halts_leaves_siblings_halted_together_to_resume_one_by_one():
+    """As a host's rules do when none decides: every call is asked about (the internal
+    `subagent` requests too) and answered HALT; each sibling's own request is reported in
+    turn, and the parent runs on once both are answered."""
+    refund, billing = Refund(), Refund()
+    billing.tool.name = "charge"
+    team = Team(
+        coordinator=[
+            calls(task("t1", "refunds", "refund 40"), task("t2", "billing", "charge 5")),
+            say("all settled"),
+        ],
+        refunds=[calls(C("r1", "refund", {"amount": 40})), say("refund issued")],
+        billing=[calls(C("b1", "charge", {"amount": 5})), say("charged")],
+    )
+    agents = [
+        agent("coordinator", team=["refunds", "billing"]),
+        agent("refunds", tools=["refund"]),
+        agent("billing", tools=["charge"]),
+    ]
+    asked: list[str] = []
+
+    def rules(request):
+        asked.append(request.kind)
+        return HALT
+
+    async with await kit(refund, billing) as tk:
+        rt = Runtime(agents, client=team.client(), toolkit=tk, wait_for=rules)
+        first = await rt.run("coordinator", "settle")
+        rt = Runtime(agents, client=team.client(), toolkit=tk, wait_for=rules, state=rt.to_dict())
+        second = await rt.resume(Answer(id=first.pending.id, ok=True))
+        rt = Runtime(agents, client=team.client(), toolkit=tk, wait_for=rules, state=rt.to_dict())
+        done = await rt.resume(Answer(id=second.pending.id, ok=True))
+    assert first.pending.data["path"] == ["root", "coordinator.1", "refunds.1"]
+    assert second.pending.kind == "approval"
+    assert second.pending.data["path"] == ["root", "coordinator.1", "billing.2"]
+    assert (done.status, done.text) == ("done", "all settled")
+    assert (refund.count, billing.count) == (1, 1)
+    assert asked.count("approval") == 2 and set(asked) == {"approval", "subagent"}

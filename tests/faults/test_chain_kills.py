@@ -29,7 +29,17 @@ DESK = f"{COORDINATOR}/desk.1"
 PAYER = f"{DESK}/payer.1"
 KILLS = ["none", *CHAIN_KILL_POINTS]
 # each level started once, halted once, resumed once (the durable resume), then ended
-ONCE = ["idle→running", "running→suspended", "suspended→idle", "idle→running", "running→idle"]
+# Each level started, halted and resumed once. Before it halts, each level is suspended while
+# the step's rules are consulted about the call (the runtime's wait_for), then runs on to halt.
+ONCE = [
+    "idle→running",
+    "running→suspended",  # asking the rules
+    "suspended→running",  # no rule decided: the call halts the run
+    "running→suspended",
+    "suspended→idle",
+    "idle→running",
+    "running→idle",
+]
 
 
 @pytest.fixture(scope="module")

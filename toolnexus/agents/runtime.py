@@ -155,6 +155,22 @@ class Runtime:
             outcome = await self._resume(handle, halt, Answer(id=halt.id, ok=True), cancel)
         return self.result()
 
+    async def follow_up(self, message: str, *, cancel: asyncio.Event | None = None) -> AgentResult:
+        """Continue the latest top-level agent, finished, with a new user message: its own
+        conversation kept (its turns and usage keep growing), its team as it was. It may halt
+        again; a `task` call it repeats re-attaches to that child's recorded result."""
+        if not isinstance(message, str) or not message.strip():
+            raise ValueError("a follow-up needs a non-empty message")
+        top = self._handles.get(self._top) if self._top is not None else None
+        if top is None:
+            raise ResumeError("no top-level agent has run: nothing to follow up")
+        if top.state == "suspended":
+            raise ResumeError(f"{top.id} is halted on a pending request: resume or close it first")
+        if top.state != "idle" or top.inflight is not None:
+            raise ResumeError(f"{top.id} is {top.state}: only a finished agent takes a follow-up")
+        await self._run(top, cancel, prompt=message)
+        return self.result()
+
     def result(self) -> AgentResult:
         """Where the latest top-level handle stands (pending: the asking agent's request)."""
         if self._top is None:
@@ -409,9 +425,11 @@ class Runtime:
         h: Handle,
         cancel: asyncio.Event | None,
         resume: tuple[list[dict[str, Any]], Request, Answer] | None = None,
+        prompt: str | None = None,
     ) -> AgentResult:
-        """Run one handle (fresh, or resumed from its checkpoint); never raises for a failure
-        of the run: it is recorded as the handle's outcome."""
+        """Run one handle (fresh, resumed from its checkpoint, or continued with a follow-up
+        `prompt` after its conversation); never raises for a failure of the run: it is
+        recorded as the handle's outcome."""
         loop = asyncio.get_running_loop()
         h.inflight = loop.create_future()
         self._move(h, "running")
@@ -422,7 +440,8 @@ class Runtime:
             client, toolkit = self._client(h), self._toolkit(h)
             if resume is None:
                 history = self.conversations.get(h.id)
-                result = await client.run(h.prompt, toolkit, history=history or None, cancel=cancel)
+                said = h.prompt if prompt is None else prompt
+                result = await client.run(said, toolkit, history=history or None, cancel=cancel)
             else:
                 result = await client.run_with_answer(toolkit, *resume, cancel=cancel)
         except RunCancelled as exc:
