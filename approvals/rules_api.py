@@ -26,6 +26,13 @@ class ErrorOut(Schema):
 ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 429: ErrorOut}
 
 
+EFFECTS = (
+    '"approve", "decline", or (the request waits with requirements) "require_approvers" or'
+    ' "require_group", or (it waits routed to a person or a group: `route_user` or'
+    ' `route_group`) "route".'
+)
+
+
 class RulePatch(Schema):
     """The fields to change; those left out keep their value."""
 
@@ -40,11 +47,7 @@ class RulePatch(Schema):
     condition: StrictStr | None = Field(
         None, description="A CEL expression over `args` and `run`; empty: always."
     )
-    effect: StrictStr | None = Field(
-        None,
-        description='"approve", "decline", or (the request waits with requirements)'
-        ' "require_approvers" or "require_group".',
-    )
+    effect: StrictStr | None = Field(None, description=EFFECTS)
     reason: StrictStr | None = Field(None, description='For a decline; empty: "declined".')
     expires_at: datetime | None = Field(None, description="The rule stops matching then.")
     approvals_needed: StrictInt | None = Field(
@@ -55,6 +58,12 @@ class RulePatch(Schema):
     )
     starter_may_not_approve: StrictBool | None = Field(
         None, description="Whoever started the run may not approve."
+    )
+    route_user: StrictStr | None = Field(
+        None, description="A username: route the request to this person (route)."
+    )
+    route_group: StrictStr | None = Field(
+        None, description="A group's name: route the request to its members (route)."
     )
     escalate_after_minutes: StrictInt | None = Field(
         None, description="Escalate a request still undecided after this many minutes."
@@ -73,7 +82,7 @@ class RulePatch(Schema):
 
 class RuleIn(RulePatch):
     name: StrictStr
-    effect: StrictStr
+    effect: StrictStr = Field(description=EFFECTS)
 
 
 class RuleMatchOut(Schema):
@@ -100,6 +109,8 @@ class RuleOut(Schema):
     approvals_needed: int
     approver_group: str | None
     starter_may_not_approve: bool
+    route_user: str | None
+    route_group: str | None
     escalate_after_minutes: int | None
     escalate_action: str
     escalate_group: str | None
@@ -121,14 +132,21 @@ class RuleOut(Schema):
 
 def rule_out(rule: Rule, recent: list | None = None) -> dict:
     own = ("created_by", "source_request", "last_matches")
-    named = ("approver_group", "escalate_group", "escalate_user")
-    fields = {name: getattr(rule, name) for name in RuleOut.model_fields if name not in own + named}
+    groups = ("approver_group", "escalate_group", "route_group")
+    users = ("escalate_user", "route_user")
+    fields = {
+        name: getattr(rule, name)
+        for name in RuleOut.model_fields
+        if name not in own + groups + users
+    }
     fields["id"] = rule.pk
     fields["created_by"] = rule.created_by.get_username() if rule.created_by else None
-    for name in ("approver_group", "escalate_group"):
+    for name in groups:
         group = getattr(rule, name)
         fields[name] = group.name if group is not None else None
-    fields["escalate_user"] = rule.escalate_user.get_username() if rule.escalate_user else None
+    for name in users:
+        user = getattr(rule, name)
+        fields[name] = user.get_username() if user is not None else None
     source = rule.source_request
     fields["source_request"] = source.request_id if source is not None else None
     fields["last_matches"] = [

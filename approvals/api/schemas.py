@@ -88,8 +88,8 @@ class RequestFilter(Schema):
     )
     claim: str | None = Field(
         None,
-        description="mine or unclaimed (active claims only), routed (by an escalation, to you or"
-        " a group of yours); empty for any",
+        description="mine or unclaimed (active claims only), routed (by a route rule or an"
+        " escalation, to you or a group of yours); empty for any",
     )
     overdue: bool = Field(False, description="only pending requests past their expiry")
     hidden: str | None = Field(
@@ -169,7 +169,9 @@ class RequirementOut(Schema):
     starter_may_not_approve: bool = Field(
         False, description="whoever started the run may not approve it"
     )
-    routed_to: str | None = Field(None, description="where an escalation reassigned it")
+    routed_to: str | None = Field(
+        None, description="where a route rule or a reassign escalation routed it"
+    )
     escalated: bool = False
 
 

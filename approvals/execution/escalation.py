@@ -5,7 +5,7 @@ in one transaction with its row locked, by its rule's action:
 - notify: an audit event naming the group and its members, and a live toast on their pages
   (the notification system proper is built elsewhere; it can read the event);
 - reassign: the request is routed to a person or a group (the card says "routed to ...",
-  the inbox's "routed to me" chip lists it for them);
+  the inbox's "routed to me" chip lists it for them), as a route rule routes it at the halt;
 - decline: declined with the rule's reason, and its run resumes with that decline.
 
 A request decided meanwhile is left alone; a second worker finds it escalated already.

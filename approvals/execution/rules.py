@@ -41,7 +41,9 @@ DECIDABLE_KINDS = ("tool_call", "approval")
 
 # Runs an approved relay call's executor, journaled: (output, is_error).
 ExecuteCall = Callable[[RequestCall], tuple[str, bool]]
-REQUIRING = (Rule.Effect.REQUIRE_APPROVERS, Rule.Effect.REQUIRE_GROUP)
+# Effects that decide nothing: the run halts, its request waits with the rule's
+# requirements (require_*) or routed to the rule's person or group (route).
+WAITING = (Rule.Effect.REQUIRE_APPROVERS, Rule.Effect.REQUIRE_GROUP, Rule.Effect.ROUTE)
 
 
 def enabled_rules() -> list[Rule]:
@@ -82,11 +84,13 @@ class RuleDecider:
     def __init__(self, run: Run, worker_id: str, execute: ExecuteCall):
         self.run, self.worker_id, self.execute = run, worker_id, execute
         self.rules: list[Rule] | None = None
-        # Requests a require_* rule matched, by request id: they halt, with its requirements.
+        # Requests a require_* or route rule matched, by request id: they halt, with its
+        # requirements or its routing.
         self.required: dict[str, Rule] = {}
 
     def requirement_for(self, request: Request | None) -> Rule | None:
-        """The require_* rule the halt on `request` carries (None: an ordinary halt)."""
+        """The require_* or route rule the halt on `request` carries (None: an ordinary
+        halt)."""
         return self.required.get(request.id) if request is not None else None
 
     def decide(self, request: Request) -> Answer | None:
@@ -112,7 +116,7 @@ class RuleDecider:
             )
         if match.rule is None:
             return None
-        if match.rule.effect in REQUIRING:
+        if match.rule.effect in WAITING:
             self.required[request.id] = match.rule
             return None  # the run halts; the request records the rule's requirements
         return self._record(match.rule, request)

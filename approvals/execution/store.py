@@ -200,7 +200,7 @@ def run_store_result(
 ) -> Run:
     """Store what an execution ended with: done, incomplete, or halted on a new request.
     `team_state`: a team run's new runtime state (execution.teams), written with it;
-    `requirement`: the require_* rule the halt's request carries (execution.rules).
+    `requirement`: the require_* or route rule the halt's request carries (execution.rules).
 
     `run` is the run as this worker claimed it. While a worker holds a run (status running,
     its holder id, new at each claim), only that worker writes its transcript, text and
@@ -378,8 +378,10 @@ def request_call_store_output(*, call_pk: int, output: str, is_error: bool) -> N
 
 def record_requirement(row: ApprovalRequest, rule: Rule) -> RequestRequirement:
     """The rule's requirements, copied onto the new pending request (in the halt's
-    transaction), with when it escalates."""
+    transaction), with when it escalates; a route rule's request is routed from the start
+    to its person or group (as a reassign escalation routes it)."""
     after = rule.escalate_after_minutes if rule.escalate_action else None
+    route = rule.effect == Rule.Effect.ROUTE
     requirement = RequestRequirement(
         request=row,
         rule=rule,
@@ -392,6 +394,8 @@ def record_requirement(row: ApprovalRequest, rule: Rule) -> RequestRequirement:
         escalate_group_id=rule.escalate_group_id,
         escalate_user_id=rule.escalate_user_id,
         escalate_reason=rule.escalate_reason,
+        routed_user_id=rule.route_user_id if route else None,
+        routed_group_id=rule.route_group_id if route and rule.route_user_id is None else None,
     )
     statements.insert([requirement])
     statements.update(ApprovalRequest, {"pk": row.pk}, {"has_requirement": True})

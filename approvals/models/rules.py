@@ -12,7 +12,9 @@ from .runs import ApprovalRequest, Run
 
 class Rule(models.Model):
     """A standing decision for the team: calls in its scope whose condition holds are approved
-    or declined by the worker where the run would halt, with no request left waiting.
+    or declined by the worker where the run would halt, with no request left waiting; or
+    they wait, with the rule's requirements (require_*) or routed to a person or a group
+    (route).
 
     Rules are tried by `position`, then declines before approves, then age; the first
     enabled, unexpired match decides (`domain.rules.first_match`). `version` goes up with
@@ -21,9 +23,12 @@ class Rule(models.Model):
     class Effect(models.TextChoices):
         APPROVE = "approve"
         DECLINE = "decline"
-        # These decide nothing: the request waits with the rule's requirements on it.
+        # These decide nothing: the request waits with the rule's requirements on it, or
+        # routed from the start to the rule's person or group (as a reassign escalation
+        # routes it).
         REQUIRE_APPROVERS = "require_approvers", "require N distinct approvers"
         REQUIRE_GROUP = "require_group", "require a group"
+        ROUTE = "route", "route to a person or group"
 
     class Escalation(models.TextChoices):
         NONE = "", "none"
@@ -78,6 +83,23 @@ class Rule(models.Model):
     starter_may_not_approve = models.BooleanField(
         default=False, help_text="Whoever started the run may not approve its call."
     )
+    # Where a route rule routes the request (exactly one of them; effect route only).
+    route_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Route the request to this person (route; or a group below).",
+    )
+    route_group = models.ForeignKey(
+        "auth.Group",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Route the request to this group's members (route; or a person above).",
+    )
     escalate_after_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="Escalate a request still undecided after this long."
     )
@@ -115,7 +137,8 @@ class Rule(models.Model):
 class RequestRequirement(models.Model):
     """What a pending request needs before it is decided, copied from the rule that required
     it when the run halted (later edits of the rule change new halts only), and its
-    escalation: when it is due, what it does, and once done, when and to whom it routed."""
+    escalation: when it is due, what it does, and once done, when it did; and to whom it is
+    routed (by a route rule from the start, or by a reassign escalation)."""
 
     request = models.OneToOneField(
         ApprovalRequest, on_delete=models.CASCADE, related_name="requirement"
@@ -139,7 +162,8 @@ class RequestRequirement(models.Model):
     )
     escalate_reason = models.TextField(blank=True, default="")
     escalated_at = models.DateTimeField(null=True, blank=True)
-    # Set by a "reassign" escalation: the inbox's "routed to me" chip.
+    # Set at the halt by a route rule, or later by a "reassign" escalation: the inbox's
+    # "routed to me" chip.
     routed_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -1,5 +1,6 @@
 """What a request a rule put requirements on still needs: who approved it so far, who may
-decide it, where an escalation routed it (the card, the request page, the API)."""
+decide it, where a route rule or an escalation routed it (the card, the request page, the
+API)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class RequirementView:
     approvers: tuple[str, ...]  # who approved so far, in order
     group: str | None  # only its members decide
     starter_may_not_approve: bool
-    routed_to: str | None  # "rita" or "the group Finance", once a reassignment routed it
+    routed_to: str | None  # "rita" or "the group Finance": a route rule or reassignment
     escalated: bool
 
     @property

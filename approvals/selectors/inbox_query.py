@@ -153,7 +153,7 @@ def _chip_conditions(query: InboxQuery, *, user_id: Any, now: Any) -> dict[str, 
     return {
         "mine": active & Q(claimed_by_id=user_id),
         "unclaimed": _no_active_claim_q(now),
-        # An escalation routed it to the viewer, or to a group of theirs.
+        # A route rule or an escalation routed it to the viewer, or to a group of theirs.
         "routed": Q(requirement__routed_user_id=user_id)
         | Q(requirement__routed_group_id__in=_viewer_groups(user_id)),
         "overdue": Q(state=State.PENDING, expires_at__lt=now),

@@ -29,7 +29,13 @@ def rule_decision_view(row: ApprovalRequest) -> dict[str, Any] | None:
 
 
 # A rule's groups and person, named in the API and on the Rules page.
-REQUIREMENT_NAMES = ("approver_group", "escalate_group", "escalate_user")
+REQUIREMENT_NAMES = (
+    "approver_group",
+    "escalate_group",
+    "escalate_user",
+    "route_user",
+    "route_group",
+)
 
 
 def rule_list() -> list[Any]:

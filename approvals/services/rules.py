@@ -47,6 +47,8 @@ EDITABLE = (
     "approvals_needed",
     "approver_group",
     "starter_may_not_approve",
+    "route_user",
+    "route_group",
     "escalate_after_minutes",
     "escalate_action",
     "escalate_group",
@@ -54,6 +56,8 @@ EDITABLE = (
     "escalate_reason",
 )
 REQUIRING = (Rule.Effect.REQUIRE_APPROVERS, Rule.Effect.REQUIRE_GROUP)
+# Effects whose request waits (and so may escalate): the require_* ones and route.
+WAITING = (*REQUIRING, Rule.Effect.ROUTE)
 MAX_APPROVERS = 20
 
 
@@ -165,6 +169,8 @@ def _requirement_fields(fields: dict[str, Any]) -> None:
     _named(fields, "approver_group", Group, "group")
     _named(fields, "escalate_group", Group, "group")
     _named(fields, "escalate_user", get_user_model(), "user")
+    _named(fields, "route_user", get_user_model(), "user")
+    _named(fields, "route_group", Group, "group")
     if "starter_may_not_approve" in fields and not isinstance(
         fields["starter_may_not_approve"], bool
     ):
@@ -190,9 +196,12 @@ def check_requirements(rule: Rule) -> None:
         raise RuleInvalid(
             "effect", "approvers, a group or the starter flag need a require_* effect"
         )
+    _check_route(rule)
     action, after = rule.escalate_action, rule.escalate_after_minutes
-    if (action or after) and not requiring:
-        raise RuleInvalid("escalate_action", "only a request that waits (require_*) escalates")
+    if (action or after) and rule.effect not in WAITING:
+        raise RuleInvalid(
+            "escalate_action", "only a request that waits (require_* or route) escalates"
+        )
     if bool(action) != bool(after):
         raise RuleInvalid(
             "escalate_after_minutes" if action else "escalate_action",
@@ -204,6 +213,22 @@ def check_requirements(rule: Rule) -> None:
         rule.escalate_user_id is None
     ):
         raise RuleInvalid("escalate_user", "reassign routes to one person or one group")
+
+
+def _check_route(rule: Rule) -> None:
+    """A route rule routes to exactly one person or one group; no other rule routes."""
+    user, group = rule.route_user_id is not None, rule.route_group_id is not None
+    if rule.effect != Rule.Effect.ROUTE:
+        if user or group:
+            raise RuleInvalid(
+                "route_user" if user else "route_group",
+                "only a route rule routes to a person or a group",
+            )
+        return
+    if not user and not group:
+        raise RuleInvalid("route_user", "route needs the person or the group to route to")
+    if user and group:
+        raise RuleInvalid("route_group", "route to one person or one group, not both")
 
 
 def _json(value: Any) -> Any:

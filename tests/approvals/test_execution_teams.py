@@ -284,6 +284,20 @@ def test_a_require_rule_halts_a_sub_agents_call_with_its_requirement(team):
     assert team.effects.refunds == []
 
 
+def test_a_route_rule_routes_a_sub_agents_call_to_its_person(team):
+    from .factories import inbox, make_user
+
+    rita, other = make_user(username="rita"), make_user()
+    _rule(agent="support-team", tool="refund", effect="route", route_user=rita)
+    run = _halted(team)
+    request = run.requests.get()
+    assert request.state == "pending" and request.data["path"] == REFUNDS_PATH
+    assert request.requirement.routed_user == rita
+    assert inbox(rita, claim="routed") == [request.request_id]
+    assert inbox(other, claim="routed") == []
+    assert team.effects.refunds == []
+
+
 def test_a_rule_out_of_scope_leaves_the_sub_agents_call_to_a_person(team):
     _rule(agent="someone-else", tool="refund", effect="approve")
     run = _halted(team)
