@@ -34,6 +34,9 @@ RESUME_FINISHED = ("done", "pending", "incomplete")
 RESUME_FAILED = ("failed", "abandoned")
 # The live pages whose sockets are counted.
 LIVE_PAGES = ("inbox", "run")
+# What became of one attempt to deliver a notification or a webhook, and the channels.
+DELIVERY_OUTCOMES = ("delivered", "will retry", "gave up")
+NOTIFICATION_CHANNELS = ("email", "chat", "push")
 
 DECISIONS = Counter(
     "toolnexus_decisions",
@@ -72,6 +75,18 @@ LIVE_SOCKETS = Gauge(
     "Live pages' websockets open now.",
     ["page"],
     multiprocess_mode="livesum",  # the processes alive now, added up
+)
+
+NOTIFICATION_ATTEMPTS = Counter(
+    "toolnexus_notification_attempts",
+    "Attempts to deliver a reviewer's notification, by channel and outcome (delivered,"
+    " retry: failed and queued again, gave_up: failed for the last time).",
+    ["channel", "outcome"],
+)
+WEBHOOK_ATTEMPTS = Counter(
+    "toolnexus_webhook_attempts",
+    "Attempts to deliver a host webhook, by outcome (delivered, retry, gave_up).",
+    ["outcome"],
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -133,3 +148,23 @@ def socket_opened(*, page: str) -> None:
 @_safely
 def socket_closed(*, page: str) -> None:
     LIVE_SOCKETS.labels(page=_bounded(page, LIVE_PAGES, "page")).dec()
+
+
+def _outcome_label(outcome: str) -> str:
+    return {"will retry": "retry", "gave up": "gave_up"}.get(
+        _bounded(outcome, DELIVERY_OUTCOMES, "outcome"), outcome
+    )
+
+
+@_safely
+def notification_attempted(*, channel: str, outcome: str) -> None:
+    """One delivery attempt settled: `outcome` is DELIVERY_OUTCOMES' (delivery._record)."""
+    NOTIFICATION_ATTEMPTS.labels(
+        channel=_bounded(channel, NOTIFICATION_CHANNELS, "channel"),
+        outcome=_outcome_label(outcome),
+    ).inc()
+
+
+@_safely
+def webhook_attempted(*, outcome: str) -> None:
+    WEBHOOK_ATTEMPTS.labels(outcome=_outcome_label(outcome)).inc()

@@ -38,7 +38,7 @@ from django.utils import timezone
 from django_tasks import task
 from pywebpush import WebPushException, webpush
 
-from .. import event_feed
+from .. import event_feed, metrics
 from ..conf import WEBHOOK_QUEUE, app_settings
 from ..domain import hostevents
 from ..domain.push import push_available, vapid_subject
@@ -561,6 +561,7 @@ def _record(delivery_id: int, *, error: str, final: bool = False) -> str:
             outcome = "will retry"
             log.info("notification %s failed (attempt %s): %s", row.pk, row.attempts, error)
         row.save()
+    metrics.notification_attempted(channel=row.channel, outcome=outcome)
     return outcome
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django_tasks import task
 from standardwebhooks.webhooks import Webhook
 
-from .. import event_feed
+from .. import event_feed, metrics
 from ..conf import WEBHOOK_QUEUE, app_settings
 from ..domain import hostevents
 from ..models import WebhookDelivery, WebhookSubscription
@@ -182,6 +182,7 @@ def _record(delivery_id: int, *, status: int | None, error: str) -> str:
             outcome = "will retry"
             log.info("webhook delivery %s failed (attempt %s): %s", row.pk, row.attempts, error)
         row.save()
+    metrics.webhook_attempted(outcome=outcome)
     return outcome
 
 

@@ -381,3 +381,47 @@ def test_a_call_a_rule_decides_in_the_worker_is_counted_as_decided_by_rule():
     run = testing.start(agent="demo", prompt="Refund $20 on order A-1")
     assert run.status == "done", run.error
     assert counters.now() == [1, 0]
+
+
+# -- deliveries ----------------------------------------------------------------------------------
+
+
+def test_notification_and_webhook_attempts_are_counted_by_outcome(settings, token):
+    from approvals.execution import notifications, webhooks
+    from approvals.models import (
+        NotificationDelivery,
+        NotificationPreference,
+        WebhookDelivery,
+        WebhookSubscription,
+    )
+
+    settings.TOOLNEXUS_NOTIFICATIONS = True
+    settings.TOOLNEXUS_EVENTS_SETTLE_SECONDS = 0
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.TOOLNEXUS_WEBHOOK_MAX_ATTEMPTS = 2
+    settings.TOOLNEXUS_WEBHOOK_TIMEOUT_SECONDS = 2
+    testing.deliver_webhooks()  # nothing from before
+    reviewer = make_user()
+    reviewer.email = "rita@example.test"
+    reviewer.save()
+    NotificationPreference.objects.create(user=reviewer, email_enabled=True)
+    refused = WebhookSubscription(url="http://127.0.0.1:9/hook", event_types=["request.created"])
+    services.webhook_subscribe(refused)  # nothing listens there
+    counted = Deltas(
+        ("toolnexus_notification_attempts_total", {"channel": "email", "outcome": "delivered"}),
+        ("toolnexus_webhook_attempts_total", {"outcome": "retry"}),
+        ("toolnexus_webhook_attempts_total", {"outcome": "gave_up"}),
+        ("toolnexus_webhook_attempts_total", {"outcome": "delivered"}),
+    )
+    start_and_halt(user=make_user())
+    testing.deliver_webhooks()
+    assert NotificationDelivery.objects.get().state == "delivered"
+    hook = WebhookDelivery.objects.get()
+    assert counted.now() == [1, 1, 0, 0]
+    webhooks.attempt(hook.pk)  # its second and last attempt, refused again
+    assert counted.now() == [1, 1, 1, 0]
+    assert notifications.attempt(NotificationDelivery.objects.get().pk) == "nothing to send"
+    assert counted.now() == [1, 1, 1, 0]  # nothing counted for an attempt never made
+    samples = scrape()
+    key = ("toolnexus_webhook_attempts_total", (("outcome", "gave_up"),))
+    assert samples[key] >= 1
