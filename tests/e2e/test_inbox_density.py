@@ -278,3 +278,44 @@ def test_one_confirmation_per_bulk_decision(app, api, contexts, shoot):
         "t => t.scrollWidth <= t.clientWidth + 1 && t.scrollHeight <= t.clientHeight + 1"
     )
     assert fits, "a toast's text overflows its box"
+
+
+# Where a two-call card's Submit decisions sits: in the page as laid out (px from the page's
+# top, not stuck to the screen's bottom), and whether it is in sight now.
+TWO_CALL_LAYOUT = """(id) => {
+  const card = document.querySelector(`article.card[data-request-id="${id}"]`);
+  const submit = card.querySelector('form button[type=submit].primary');
+  const seen = submit.getBoundingClientRect();
+  const inView = seen.bottom <= innerHeight && seen.top >= 0;
+  submit.style.position = 'static';
+  const laidOut = Math.round(submit.getBoundingClientRect().top + scrollY);
+  submit.style.position = '';
+  return { submit: laidOut, submitInView: inView };
+}"""
+
+
+def test_a_two_call_request_on_a_phone_keeps_submit_decisions_near(app, api, contexts, shoot):
+    t = tag()
+    _, request_id = halted_run(api, f"Refund order D-97, $97 and email both customers ({t})")
+    touch = contexts(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = login(touch, app, "reviewer")
+    open_inbox(page, app, f"q={t}&r={request_id}")
+    card = card_of(page, request_id)
+    expect(card.locator("fieldset.call-decision")).to_have_count(2)
+    found = page.evaluate(TWO_CALL_LAYOUT, request_id)
+    print(f"\nphone two-call card: Submit decisions at {found['submit']} px down the page")
+    shoot(page, "phone-two-calls")
+    # it was 1,450 px down, below every call's reason and result boxes: each box shows now
+    # with the choice that uses it, and the button stays in sight while the choices scroll by
+    assert found["submit"] <= 1200, found
+    for fieldset in card.locator("fieldset.call-decision").all():
+        fieldset.evaluate("(el) => el.scrollIntoView({block: 'start'})")
+        assert page.evaluate(TWO_CALL_LAYOUT, request_id)["submitInView"], found
+    refund = card.locator("fieldset.call-decision").first
+    expect(refund.locator("input[name^=reason]")).to_be_hidden()
+    refund.locator("input[value=decline]").check()
+    expect(refund.locator("input[name^=reason]")).to_be_visible()
+    refund.locator("input[value=approve]").check()
+    card.locator("fieldset.call-decision").last.locator("input[value=decline]").check()
+    card.locator("form button[type=submit].primary").click()
+    expect(card.locator(".decided, .outcome").first).to_be_visible()
