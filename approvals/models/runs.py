@@ -151,6 +151,13 @@ class ApprovalRequest(models.Model):
             models.Index(
                 fields=["state", "expires_at", "-created_at", "-id"], name="req_inbox_deadline"
             ),
+            # The next claim to lapse (selectors.next_lapse, for an "unclaimed" list): open
+            # claims only, in claim order; without it every claimed row was read and sorted.
+            models.Index(
+                fields=["claimed_at"],
+                condition=Q(state="pending", claimed_by__isnull=False),
+                name="req_open_claims",
+            ),
         ]
         constraints = [
             # A run waits on at most one open request at a time.
