@@ -144,3 +144,35 @@ def test_all_matching_is_the_set_seen_and_a_returning_request_appears_live(
     assert {state_of(api, i)["state"] for i in ids[1:]} == {"declined"}
     assert page.evaluate(NOT_RELOADED)
     shoot(page, "2-declined")
+
+
+# Moves a claim's start back so that it lapses a few seconds from now (claims last
+# TOOLNEXUS_CLAIM_MINUTES, 30 by default): a test cannot wait half an hour.
+LAPSE_SOON = """
+from datetime import timedelta
+from django.conf import settings
+from django.utils import timezone
+from approvals.models import ApprovalRequest
+soon = timezone.now() - timedelta(minutes=settings.TOOLNEXUS_CLAIM_MINUTES) + timedelta(seconds=5)
+print(ApprovalRequest.objects.filter(request_id={rid!r}).update(claimed_at=soon))
+"""
+
+
+def test_a_lapsed_claim_brings_its_request_back_to_unclaimed_live(app, api, api2, contexts, shoot):
+    t = tag()
+    ids = halted_many(api, [f"Refund order K-{n}, ${n} (claim lapse {t})" for n in (1, 2)])
+    held = ids[0]
+    assert api2.post(f"/api/requests/{held}/claim", json={}).status_code == 200
+    moved = app.manage("shell", "--no-imports", "-c", LAPSE_SOON.format(rid=held))
+    assert moved.strip().splitlines()[-1] == "1"
+    page = login(contexts(), app, "reviewer")
+    open_triage(page, app, f"q={t}&claim=unclaimed")
+    page.evaluate(MARK)
+    expect(row_of(page, held)).to_have_count(0)  # reviewer2 holds it
+    expect(list_count(page)).to_have_text("1 request pending")
+    shoot(page, "1-claimed")
+    expect(row_of(page, held)).to_be_visible(timeout=15_000)  # ~5 s, no reload
+    expect(list_count(page)).to_have_text("2 requests pending")
+    expect(all_label(page)).to_have_text("all 2 matching")
+    assert page.evaluate(NOT_RELOADED)
+    shoot(page, "2-back")
