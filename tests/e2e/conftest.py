@@ -320,15 +320,34 @@ def chromium():
             browser.close()
 
 
+# A figure a test measured, drawn over the page's top right corner for its screenshot.
+FIGURE = """(text) => {
+  const label = document.createElement('div');
+  label.id = 'e2e-figure';
+  label.textContent = text;
+  label.style.cssText = 'position:fixed;top:0;right:0;z-index:2147483647;background:#111;'
+    + 'color:#fff;font:600 13px/1.4 monospace;padding:4px 8px;border-bottom-left-radius:6px';
+  document.body.append(label);
+}"""
+
+
 @pytest.fixture
 def shoot(artifacts, request):
-    """`shoot(page, "step")` saves a full-page screenshot named after the test and step."""
+    """`shoot(page, "step")` saves a full-page screenshot named after the test and step;
+    `figure="..."` draws what the test measured on it, `first_screen=True` keeps it to the
+    viewport (what a person sees before scrolling)."""
     name = request.node.name.replace("/", "_").replace("[", "-").replace("]", "")
     topology = os.environ.get("E2E_TOPOLOGY", "embedded")
 
-    def take(page, step: str) -> Path:
+    def take(page, step: str, *, figure: str = "", first_screen: bool = False) -> Path:
         path = artifacts / f"{topology}-{name}-{step}.png"
-        page.screenshot(path=str(path), full_page=True)
+        if figure:
+            page.evaluate(FIGURE, figure)
+        try:
+            page.screenshot(path=str(path), full_page=not first_screen)
+        finally:
+            if figure:
+                page.evaluate("() => document.getElementById('e2e-figure')?.remove()")
         return path
 
     return take

@@ -111,7 +111,14 @@ def test_a_1280_by_800_screen_shows_one_toolbar_row_and_at_least_12_rows(app, ap
     found = page.evaluate(ROWS_IN_SIGHT)
     print(f"\n1280x800: {found['inSight']} rows on the first screen")
     assert found["inSight"] >= 12, found
-    shoot(page, "list")
+    # the tool's name is read whole; a long gist is what gives way
+    cut = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#request-rows .row-main .what'))"
+        ".filter((e) => e.scrollWidth > e.clientWidth).length"
+    )
+    assert cut == 0, f"{cut} rows show their tool's name cut"
+    shoot(page, "list", figure=f"1280x800: {found['inSight']} rows on the first screen")
+    shoot(page, "list-first-screen", first_screen=True)
 
     # a selection brings them, enabled and looking so; none again hides them
     page.locator("#request-rows li.row input.row-select").first.check()
@@ -144,7 +151,7 @@ def test_a_phone_starts_the_list_in_its_top_third_without_key_hints(app, api, co
     assert found["firstTop"] <= 844 / 3, found
     expect(page.locator("#triage-tools .keys-link")).to_be_hidden()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
-    shoot(page, "phone")
+    shoot(page, "phone", figure=f"390x844: first row at {found['firstTop']} px", first_screen=True)
 
     card = card_of(page, request_id)
     claim = card.page.locator("#detail .claim-toggle")
@@ -172,13 +179,15 @@ def test_every_text_has_at_least_4_5_to_1_contrast(app, api, contexts, shoot, sc
     page.locator("#request-rows li.row input.row-select").last.check()  # the bulk bar shows
     expect(page.locator("#bulk-form button[value=approve]")).to_be_visible()
     listed = page.evaluate(CONTRAST)
-    shoot(page, "list" if scheme == "light" else "dark")
+    figure = f"{scheme}: lowest contrast {listed['min']}:1"
+    shoot(page, "list" if scheme == "light" else "dark", figure=figure)
 
     card_of(page, request_id)
     page.locator("#filter-box > summary").click()  # the menu's labels too
     expect(page.locator("#inbox-filters select[name=kind]")).to_be_visible()
     shown = page.evaluate(CONTRAST)
-    shoot(page, "detail" if scheme == "light" else "dark-detail")
+    figure = f"{scheme}: lowest contrast {shown['min']}:1"
+    shoot(page, "detail" if scheme == "light" else "dark-detail", figure=figure)
     print(f"\n{scheme}: lowest contrast {listed['min']} (list), {shown['min']} (detail)")
     for found in (listed, shown):
         assert found["count"] > 40, found
@@ -304,7 +313,7 @@ def test_a_two_call_request_on_a_phone_keeps_submit_decisions_near(app, api, con
     expect(card.locator("fieldset.call-decision")).to_have_count(2)
     found = page.evaluate(TWO_CALL_LAYOUT, request_id)
     print(f"\nphone two-call card: Submit decisions at {found['submit']} px down the page")
-    shoot(page, "phone-two-calls")
+    shoot(page, "phone-two-calls", figure=f"Submit decisions at {found['submit']} px")
     # it was 1,450 px down, below every call's reason and result boxes: each box shows now
     # with the choice that uses it, and the button stays in sight while the choices scroll by
     assert found["submit"] <= 1200, found
