@@ -3,9 +3,11 @@ SQLite and PostgreSQL alike, and a read returns at most a few rows per agent, re
 or reason, never one per request.
 
 Percentiles are nearest-rank (the smallest time with at least that share of decisions at or
-under it), picked with window functions (ROW_NUMBER and COUNT over each agent's or reviewer's
-decisions) that both databases have: PostgreSQL's percentile_cont has no SQLite equivalent,
-and an interpolated percentile would not be a time any decision took.
+under it; an interpolated percentile would not be a time any decision took). PostgreSQL
+computes them with its ordered-set aggregate PERCENTILE_DISC, which is nearest-rank; SQLite,
+which has none, picks the rows at those ranks with window functions (ROW_NUMBER and COUNT
+over each agent's or reviewer's decisions): the same figures, and at 100k decisions over 90
+days the aggregate reads them about three times faster (bench/inbox_scale.py --only reports).
 
 Decisions are requests approved, answered or declined (by a person or a rule) whose
 `decided_at` falls in the period; time to decision counts people's decisions only (a rule
@@ -19,7 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections
 from django.db.models import (
+    Aggregate,
     Case,
     Count,
     DurationField,
@@ -78,11 +82,44 @@ def requests_per_day(
     return [(row["day"], row["arrived"], row["declined"]) for row in rows]
 
 
+class _PercentileDisc(Aggregate):
+    """PostgreSQL's PERCENTILE_DISC(fraction) WITHIN GROUP (ORDER BY expression)."""
+
+    function = "PERCENTILE_DISC"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+def _by_rank(rows: list[DecisionTimes]) -> list[DecisionTimes]:
+    return sorted(rows, key=lambda row: (-row.decisions, row.key))
+
+
 def _decision_times(qs, key: str) -> list[DecisionTimes]:
-    """Median and p90 per `key` group, nearest-rank, in one query: each decision ranked within
-    its group by how long it took, and only the rows at the two ranks come back (one row
-    when both ranks are the same row)."""
+    """Median and p90 per `key` group, nearest-rank, in one query."""
     took = ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField())
+    if connections[qs.db].vendor == "postgresql":
+        rows = (
+            qs.annotate(took=took, group_key=F(key))
+            .values("group_key")
+            .annotate(
+                n=Count("pk"),
+                median=_PercentileDisc(F("took"), 0.5, output_field=DurationField()),
+                p90=_PercentileDisc(F("took"), 0.9, output_field=DurationField()),
+            )
+            .order_by()
+        )
+        return _by_rank(
+            [
+                DecisionTimes(
+                    key=str(r["group_key"]), decisions=r["n"], median=r["median"], p90=r["p90"]
+                )
+                for r in rows
+            ]
+        )
+    # Each decision ranked within its group by how long it took, and only the rows at the two
+    # ranks come back (one row when both ranks are the same row).
     group = [F(key)]
     ranked = (
         qs.annotate(took=took)
@@ -116,10 +153,7 @@ def _decision_times(qs, key: str) -> list[DecisionTimes]:
             figures["median"] = value
         if rank == r90:
             figures["p90"] = value
-    return sorted(
-        (DecisionTimes(key=name, **fig) for name, fig in out.items()),
-        key=lambda row: (-row.decisions, row.key),
-    )
+    return _by_rank([DecisionTimes(key=name, **fig) for name, fig in out.items()])
 
 
 def decision_times(
