@@ -118,6 +118,8 @@ def test_a_rule_decision_is_named_on_the_request_and_run_pages_in_the_api_and_co
     assert decision["decided_by_rule"] == {"id": rule.pk, "name": "small refunds", "version": 1}
     listed = client.get("/rules/").content.decode()
     assert f"/requests/{row.request_id}/" in listed  # its last matches
+    inbox = client.get("/?state=all").content.decode()
+    assert '<span class="tag state">approved by rule</span>' in inbox  # the row says so
     # A person's decision is not named as a rule's.
     Rule.objects.all().delete()
     halted = testing.start(agent="demo", prompt="Refund $20 on order A-2")
@@ -125,6 +127,9 @@ def test_a_rule_decision_is_named_on_the_request_and_run_pages_in_the_api_and_co
     other = halted.requests.get()
     page = client.get(f"/requests/{other.request_id}/").content.decode()
     assert "version 1" not in page and manager.username in page
+    inbox = client.get("/?state=all").content.decode()
+    assert '<span class="tag state">approved</span>' in inbox  # the person's
+    assert inbox.count("approved by rule") == 1  # the deleted rule's decision still says so
     assert (
         client.get(f"/api/requests/{other.request_id}").json()["decision"]["decided_by_rule"]
         is None
