@@ -210,6 +210,23 @@ def test_a_receiver_slower_than_the_timeout_is_timed_out_retried_then_marked_fai
     assert_one_event_on_every_attempt(host, delivery)
 
 
+def test_a_receiver_trickling_its_answer_is_cut_off_at_the_timeout(receiver, no_backoff):
+    host = receiver("host", "trickle")
+    start_and_halt(user=make_user())
+    began = time.monotonic()
+    assert testing.deliver_webhooks(max_tasks=1) == 1
+    # every byte came within the timeout, the whole answer long after it: the attempt is
+    # one timeout long, or a receiver could hold the delivery worker as long as it liked
+    assert time.monotonic() - began < TIMEOUT + 1.5
+    delivery = delivery_of(host)
+    assert delivery.state == "pending" and delivery.attempts == 1
+    assert delivery.last_status is None and "Timeout" in delivery.last_error
+    assert testing.deliver_webhooks() == 1  # the retry, answered at once
+    delivery.refresh_from_db()
+    assert delivery.state == "delivered"
+    assert_one_event_on_every_attempt(host, delivery)
+
+
 def test_a_receiver_closing_the_connection_unanswered_is_retried_then_marked_failed(
     receiver, no_backoff
 ):
