@@ -90,8 +90,9 @@ DEFAULTS: dict[str, Any] = {
     # An event stream ends after this many seconds (the client reconnects with
     # Last-Event-ID and loses nothing); keep it below HTTP_TIMEOUT, which would cut it.
     "EVENTS_STREAM_SECONDS": 50.0,
-    # A webhook POST's timeout, and the attempts before a delivery is given up (the waits
-    # between attempts grow: 10 s, 30 s, 1.5 min, ... up to an hour).
+    # A webhook POST's timeout (for its whole answer, however it trickles in), and the
+    # attempts before a delivery is given up (the waits between attempts grow: 10 s, 30 s,
+    # 1.5 min, ... up to an hour).
     "WEBHOOK_TIMEOUT_SECONDS": 10.0,
     "WEBHOOK_MAX_ATTEMPTS": 8,
     # How often the delivery worker turns new events into deliveries.

@@ -13,11 +13,13 @@ The webhook id (`evt_<audit row id>`) is the same on every attempt: hosts drop r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import datetime, timedelta
 
 import httpx
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 from django_tasks import task
@@ -123,11 +125,21 @@ def signed_request(delivery: WebhookDelivery, *, now: datetime | None = None) ->
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
     """(HTTP status or None, what went wrong or "")."""
+    return async_to_sync(_post_within)(url, body, headers, app_settings.WEBHOOK_TIMEOUT_SECONDS)
+
+
+async def _post_within(
+    url: str, body: bytes, headers: dict[str, str], seconds: float
+) -> tuple[int | None, str]:
+    # httpx's timeouts bound each connect, write and read, not the whole exchange: a
+    # receiver sending its answer a byte at a time would hold the delivery worker as long as
+    # it liked. The attempt as a whole gets `seconds` too.
     try:
-        with httpx.Client(
-            timeout=app_settings.WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False
-        ) as client:
-            response = client.post(url, content=body, headers=headers)
+        async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client:
+            async with asyncio.timeout(seconds):
+                response = await client.post(url, content=body, headers=headers)
+    except TimeoutError:
+        return None, f"Timeout: no whole answer within {seconds:g} s"
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"[:1000]
     if 200 <= response.status_code < 300:
