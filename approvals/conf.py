@@ -97,6 +97,10 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_MAX_ATTEMPTS": 8,
     # How often the delivery worker turns new events into deliveries.
     "WEBHOOK_DISPATCH_SECONDS": 1.0,
+    # Delivery workers beside a run worker (serve, db_worker): a slow receiver holds one of
+    # them for up to its timeout, never every delivery. None: 4 on PostgreSQL, 1 on SQLite
+    # (whose writers take turns anyway: more would only queue on its lock).
+    "WEBHOOK_WORKERS": None,
     # -- reviewers' notifications (email, chat through apprise) ------------------------------
     # Off unless set: no preference is read and nothing is sent.
     "NOTIFICATIONS": False,

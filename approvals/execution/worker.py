@@ -489,6 +489,19 @@ class DeliveryWorker(Worker):
             log.debug("slack: %s message(s), %s re-queued", posts, reposted)
 
 
+def delivery_workers() -> list[DeliveryWorker]:
+    """The delivery workers to start beside a run worker (TOOLNEXUS_WEBHOOK_WORKERS): the
+    first also turns events into deliveries (its maintenance); the others only deliver, each
+    taking the next queued delivery, so a slow receiver holds one of them at a time."""
+    from django.db import connection
+
+    count = app_settings.WEBHOOK_WORKERS
+    if count is None:
+        count = 4 if connection.vendor == "postgresql" else 1
+    count = max(1, int(count))
+    return [DeliveryWorker()] + [DeliveryWorker(maintenance_every=0) for _ in range(count - 1)]
+
+
 # -- the worker inside `manage.py serve` ---------------------------------------------------------
 
 

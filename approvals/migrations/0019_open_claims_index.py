@@ -5,15 +5,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0018_route_effect'),
+        ("approvals", "0018_route_effect"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='approvalrequest',
-            index=models.Index(condition=models.Q(('claimed_by__isnull', False), ('state', 'pending')), fields=['claimed_at'], name='req_open_claims'),
+            model_name="approvalrequest",
+            index=models.Index(
+                condition=models.Q(("claimed_by__isnull", False), ("state", "pending")),
+                fields=["claimed_at"],
+                name="req_open_claims",
+            ),
         ),
     ]

@@ -288,3 +288,35 @@ def test_failing_and_slow_receivers_never_hold_up_a_healthy_one(receiver):
             assert delivery.state == "pending" and delivery.attempts == 1
             assert delivery.next_attempt_at > timezone.now()
     assert len(log) == 8 and len(set(log)) == 8
+
+
+def test_a_slow_receiver_holds_one_delivery_worker_while_another_delivers(receiver, settings):
+    """Two delivery workers (TOOLNEXUS_WEBHOOK_WORKERS): the slow receiver's delivery, queued
+    first, holds one of them for its timeout; the healthy receiver gets its event from the
+    other meanwhile. With one worker it would wait out the slow attempt."""
+    from approvals.execution.worker import delivery_workers
+
+    settings.TOOLNEXUS_WEBHOOK_TIMEOUT_SECONDS = 4.0
+    settings.TOOLNEXUS_WEBHOOK_WORKERS = 2
+    settings.TOOLNEXUS_WEBHOOK_DISPATCH_SECONDS = 0.05
+    slow = receiver("slow", "slow")
+    healthy = receiver("healthy")
+    start_and_halt(user=make_user())
+    workers = delivery_workers()
+    assert len(workers) == 2 and [w.maintenance_every > 0 for w in workers] == [True, False]
+    threads = [threading.Thread(target=w.run_forever, daemon=True) for w in workers]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 3.0  # well inside the slow attempt's 4 s
+        while time.monotonic() < deadline and not healthy.attempts:
+            time.sleep(0.05)
+        assert [answer for _, _, answer in healthy.attempts] == ["ok"]
+        assert [answer for _, _, answer in slow.attempts] == ["slow"]  # still in flight
+        assert delivery_of(slow).attempts == 0
+    finally:
+        slow.released.set()
+        for w in workers:
+            w.stop.set()
+        for thread in threads:
+            thread.join(timeout=10)

@@ -19,7 +19,7 @@ from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as StockCommand
 from django_tasks_db.management.commands.db_worker import logger as stock_log
 
-from approvals.execution.worker import DeliveryWorker, Worker
+from approvals.execution.worker import DeliveryWorker, Worker, delivery_workers
 
 from ...conf import app_settings
 from ...execution.webhooks import WEBHOOK_QUEUE
@@ -110,18 +110,23 @@ class Command(StockCommand):
 
 @contextmanager
 def _deliveries_beside(worker: Worker, *, enabled: bool) -> Iterator[None]:
-    """A delivery worker in a thread of its own beside a run worker, stopped with it."""
+    """Delivery workers (`delivery_workers`), each in a thread of its own beside a run
+    worker, stopped with it."""
     if not enabled or isinstance(worker, DeliveryWorker):
         yield
         return
-    deliveries = DeliveryWorker()
-    thread = threading.Thread(target=deliveries.run_forever, name="webhooks", daemon=True)
-    thread.start()
+    started = []
+    for n, deliveries in enumerate(delivery_workers(), start=1):
+        thread = threading.Thread(target=deliveries.run_forever, name=f"webhooks-{n}", daemon=True)
+        thread.start()
+        started.append((deliveries, thread))
     try:
         yield
     finally:
-        deliveries.stop.set()
-        thread.join(timeout=15)
+        for deliveries, _ in started:
+            deliveries.stop.set()
+        for _, thread in started:
+            thread.join(timeout=15)
 
 
 @contextmanager

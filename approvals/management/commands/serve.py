@@ -242,7 +242,7 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
-        from approvals.execution.worker import DeliveryWorker, Worker, start_on_daphne
+        from approvals.execution.worker import Worker, delivery_workers, start_on_daphne
         from approvals.management.head_deadline import limit_request_heads
 
         allowed = [
@@ -275,7 +275,7 @@ class Command(BaseCommand):
         if not plan.loopback:
             self._warn_exposed(plan, port)
         worker = None if no_worker else Worker()
-        deliveries = None if no_worker else DeliveryWorker()
+        deliveries = [] if no_worker else delivery_workers()
         if worker is not None:
             self.stdout.write("worker: in-process, on the server's event loop (and webhooks)")
         # Loaded after collectstatic: WhiteNoise indexes STATIC_ROOT when the app is built.
@@ -295,8 +295,8 @@ class Command(BaseCommand):
             limit_request_heads(server.http_factory, app_settings.HTTP_HEADER_TIMEOUT)
             if worker is not None:
                 start_on_daphne(worker)
-            if deliveries is not None:
-                start_on_daphne(deliveries)
+            for delivery in deliveries:
+                start_on_daphne(delivery)
             # Pushes the requests queued on this loop reach the other servers' pages before
             # it stops (the worker's own go out when it ends).
             reactor.addSystemEventTrigger(
