@@ -281,6 +281,13 @@ def rule_delete(*, user: Any, rule_id: int) -> None:
         rule.delete()  # the entries keep its id and name; their link to it is cleared
 
 
+def rules_delete(*, user: Any, rule_ids: list[int]) -> None:
+    """Delete several rules, each as `rule_delete` does (its audit entry), all or none."""
+    with transaction.atomic():
+        for rule_id in rule_ids:
+            rule_delete(user=user, rule_id=rule_id)
+
+
 # -- the demo's example rules ------------------------------------------------------------
 
 # Two rules for the demo agent, off: switched on from the Rules page, they decide its calls.
