@@ -159,6 +159,12 @@ class RuleAdmin(admin.ModelAdmin):
     def delete_model(self, request, obj):
         services_rules.rule_delete(user=request.user, rule_id=obj.pk)
 
+    def delete_queryset(self, request, queryset):
+        """The changelist's "delete selected": each rule through the service (its audit
+        entry), all or none (Django's own would delete the rows with no entry)."""
+        ids = list(queryset.order_by("pk").values_list("pk", flat=True))
+        services_rules.rules_delete(user=request.user, rule_ids=ids)
+
 
 @admin.register(RequestRequirement)
 class RequestRequirementAdmin(ReadOnlyAdmin):

@@ -306,6 +306,57 @@ def rule_delete(*, user: Any, rule_id: int) -> None:
         rule.delete()  # the entries keep its id and name; their link to it is cleared
 
 
+def rules_delete(*, user: Any, rule_ids: list[int]) -> None:
+    """Delete several rules, each as `rule_delete` does (its audit entry), all or none."""
+    with transaction.atomic():
+        for rule_id in rule_ids:
+            rule_delete(user=user, rule_id=rule_id)
+
+
+# -- the demo's example rules ------------------------------------------------------------
+
+# Two rules for the demo agent, off: switched on from the Rules page, they decide its calls.
+DEMO_RULES = (
+    {
+        "name": "small refunds (demo)",
+        "agent": "demo",
+        "tool": "refund",
+        "effect": Rule.Effect.APPROVE,
+        "condition": "args.amount <= 50",
+        "enabled": False,
+    },
+    {
+        "name": "never delete an admin account (demo)",
+        "agent": "demo",
+        "tool": "delete_account",
+        "effect": Rule.Effect.DECLINE,
+        "condition": 'args.account.startsWith("admin")',
+        "reason": "an agent never deletes an admin account",
+        "enabled": False,
+    },
+)
+
+
+def ensure_demo_rules() -> list[Rule]:
+    """Make the demo's example rules, off, each once: a rule made before (its audit entry
+    says so, and outlives a delete) is not made again, nor changed. Returns those made now.
+    The entries name no person (`serve` made them) and carry `"demo": true`."""
+    made = []
+    with transaction.atomic():
+        for fields in DEMO_RULES:
+            before = Event.objects.filter(
+                action=RULE_CREATED, run=None, detail__demo=True, detail__rule__name=fields["name"]
+            )
+            if before.exists():
+                continue
+            fields = clean_rule_fields(dict(fields), creating=True)
+            rule = Rule.objects.create(**fields)
+            detail = {"fields": {k: _json(v) for k, v in fields.items()}, "demo": True}
+            _audit(rule, None, RULE_CREATED, **detail)
+            made.append(rule)
+    return made
+
+
 # -- "always allow" from a request's card --------------------------------------------------
 
 # The scopes a reviewer picks when ticking "always allow this tool for this agent".

@@ -112,3 +112,24 @@ def test_without_manage_rules_the_rule_page_and_its_history_are_refused(role):
     assert client.post(f"/rules/{rule.pk}/switch/", {"enabled": "off"}).status_code == 403
     assert client.post(f"/rules/{rule.pk}/delete/").status_code == 403
     assert [a for a, _ in trail(rule.pk)] == ["rule_created"]
+
+
+def test_the_admin_s_bulk_delete_goes_through_the_service_one_entry_per_rule(client):
+    admin_user = make_user(role="superuser")
+    admin_user.is_staff = True
+    admin_user.save()
+    client.force_login(admin_user)
+    a = Rule.objects.create(name="a", effect="approve")
+    b = Rule.objects.create(name="b", effect="decline")
+    kept = Rule.objects.create(name="kept", effect="approve")
+    response = client.post(
+        "/admin/approvals/rule/",
+        {"action": "delete_selected", "_selected_action": [a.pk, b.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert list(Rule.objects.values_list("pk", flat=True)) == [kept.pk]
+    for rule in (a, b):
+        ((action, detail),) = trail(rule.pk)
+        assert action == "rule_deleted" and detail["rule"]["name"] == rule.name
+    deleted = Event.objects.filter(action="rule_deleted")
+    assert {e.actor for e in deleted} == {admin_user}

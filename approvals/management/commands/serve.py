@@ -5,7 +5,8 @@ running on the server's event loop: ASGI_APPLICATION, else the asgi.py next to t
 (startproject's layout, where the README adds the live pages' sockets). In any project it serves what the project configured and
 touches nothing else; what this repository's demo project adds is opt-in through settings:
 TOOLNEXUS_SERVE_MIGRATE (apply migrations first; otherwise unapplied ones are only reported)
-and TOOLNEXUS_DEMO_ACCOUNTS (on loopback, make the demo accounts and print their password).
+and TOOLNEXUS_DEMO_ACCOUNTS (on loopback, make the demo accounts and print their password);
+with TOOLNEXUS_DEMO_AGENT, the demo's two example rules are made, off, once.
 
 Demo accounts are made once and marked (the "Demo accounts" group); only those get a fresh
 password at each start. An existing user of the same name that serve did not make is never
@@ -272,6 +273,8 @@ class Command(BaseCommand):
             for username, role in made:
                 self.stdout.write(f"demo account: {username} / {password}  ({role})")
             self._note_foreign_accounts(plan, [name for name, _ in made])
+        if app_settings.DEMO_AGENT:
+            self._demo_rules()
         if not plan.loopback:
             self._warn_exposed(plan, port)
         worker = None if no_worker else Worker()
@@ -321,6 +324,18 @@ class Command(BaseCommand):
             raise CommandError(f"could not listen on {host}:{port} (see the log above)")
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _demo_rules(self) -> None:
+        """The demo agent's two example rules, off (made once: a deleted one stays deleted)."""
+        from approvals.services.rules import ensure_demo_rules
+
+        try:
+            made = ensure_demo_rules()
+        except DatabaseError as exc:  # migrations not applied (TOOLNEXUS_SERVE_MIGRATE off)
+            self.stderr.write(f"demo rules not made: {exc}")
+            return
+        for rule in made:
+            self.stdout.write(f"demo rule: {rule.name} (off; switch it on at /rules/)")
 
     def _reload_settings(self, wanted: dict[str, str]) -> None:
         """Run this command again in a process whose settings are loaded for the bind."""
