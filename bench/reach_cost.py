@@ -4,6 +4,7 @@ subscribed (A) against 3 notification channels per reviewer and 2 webhook subscr
     python bench/reach_cost.py                        # 6 alternating rounds of 100 decisions
     python bench/reach_cost.py --rounds 4 --decisions 50
     python bench/reach_cost.py --deliveries process   # the delivery worker in its own process
+    python bench/reach_cost.py --pause 0.5            # paced: 0.5 s between decisions
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_reach python bench/reach_cost.py
 
 The database: DATABASE_URL when given (an existing, empty PostgreSQL database of yours: this
@@ -285,13 +286,13 @@ class Statements:
         return execute(sql, params, many, context)
 
 
-def phase(n: int, user, client, worker, tag: str, hold: float) -> dict:
+def phase(n: int, user, client, worker, tag: str, hold: float, pause: float = 0.0) -> dict:
     """n decisions; per decision (a) POST -> HTTP answer and (c) POST -> run done, in ms.
 
     A request is decided `hold` seconds after it arrived at the earliest, the oldest first:
     notifications are made only for requests still pending when the delivery worker reads
     them (events settle 1 s, dispatch every 1 s), so new runs are started (untimed) until the
-    oldest waiting one is old enough. Those left at the end are declined, untimed."""
+    oldest waiting one is old enough (with `pause`, `pause` seconds apart). Those left at the end are declined, untimed."""
     from collections import deque
 
     from django.db import connection
@@ -323,6 +324,8 @@ def phase(n: int, user, client, worker, tag: str, hold: float) -> dict:
     for _ in range(n):
         start_one()
         while time.monotonic() - waiting[0][0] < hold:
+            if pause:  # paced: runs arrive at the decisions' pace while the first ones wait
+                time.sleep(pause)
             start_one()
         _, run_pk, request_id = waiting.popleft()
         with connection.execute_wrapper(counter):
@@ -339,6 +342,8 @@ def phase(n: int, user, client, worker, tag: str, hold: float) -> dict:
         a_ms.append((t1 - t0) * 1000)
         c_ms.append((t2 - t0) * 1000)
         cpu_ms.append((cpu2 - cpu0) * 1000)
+        if pause:
+            time.sleep(pause)  # a team's pace: the delivery worker may catch up meanwhile
     left = len(waiting)
     while waiting:
         decline(waiting.popleft()[2])
@@ -375,6 +380,9 @@ def main() -> int:
     parser.add_argument("--reviewers", type=int, default=2, help="reviewers with 3 channels")
     parser.add_argument(
         "--hold", type=float, default=3.0, help="seconds a request waits before its decision"
+    )
+    parser.add_argument(
+        "--pause", type=float, default=0.0, help="seconds between decisions (0: back to back)"
     )
     parser.add_argument("--deliveries", choices=("thread", "process"), default="thread")
     parser.add_argument("--json", help="write every sample here")
@@ -435,7 +443,7 @@ def main() -> int:
             before = received(port, folder)
             dcpu0, rcpu0 = cpu_of_deliveries(), process_cpu_ns(rx.pid)
             started = time.perf_counter()
-            got = phase(n, decider, client, worker, tag, args.hold)
+            got = phase(n, decider, client, worker, tag, args.hold, args.pause)
             got["seconds"] = time.perf_counter() - started
             got["deliveries cpu ms"] = (cpu_of_deliveries() - dcpu0) / 1e6
             got["receiver cpu ms"] = (process_cpu_ns(rx.pid) - rcpu0) / 1e6
