@@ -49,6 +49,7 @@ import os
 import platform
 import queue
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -175,6 +176,15 @@ def cpu_of(pid: int | str, base: str = "/proc") -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def context_switches() -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of this process, all its threads, those
+    that ended included (getrusage): a voluntary one is a thread waiting (for PostgreSQL's
+    reply, a commit's flush, another thread, a lock), an involuntary one a thread put off
+    the CPU for another (here, mostly the machine's other work)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_nvcsw, use.ru_nivcsw
 
 
 def _thread_group(name: str) -> str:
@@ -316,12 +326,14 @@ class Meter:
         self.threads0 = self.thread_cpu()
         self.load0 = os.getloadavg()[0]
         self.cpu0 = os.times()
+        self.switches0 = context_switches()
         self.t0 = time.monotonic()
         self.active = True
 
     def stop(self) -> dict[str, Any]:
         t1 = time.monotonic()
         cpu1 = os.times()
+        switches1 = context_switches()
         threads1 = self.thread_cpu()
         self.active = False
         seen = dict(self.closed)
@@ -347,6 +359,7 @@ class Meter:
             "by_thread": dict(self.by_thread),
             "thread_cpu": thread_cpu,
             "load": [self.load0, os.getloadavg()[0]],
+            "switches": [b - a for a, b in zip(self.switches0, switches1, strict=True)],
         }
 
 
@@ -1511,6 +1524,26 @@ class Bench:
                     f"{med(per_op(res, phase, 'statements')):>10.1f} "
                     f"{med(per_op(res, phase, 'xacts')):>12.1f}  {each}"
                 )
+        print()
+        print(
+            "Wall against CPU per operation, one process, each round: wall ms (1000 / rate), "
+            "CPU ms (process + PostgreSQL), waited ms (wall - CPU: the machine's other work, "
+            "commits' flushes, hops between threads), the process's context switches "
+            "(voluntary / involuntary):"
+        )
+        for phase in ("halt", "resume1", "decline", "rule"):
+            for system, res in ((LG, lg), (TW, tw)):
+                if not res or not res[phase]:
+                    continue
+                cells = []
+                for r in res[phase]:
+                    wall = 1000 / r["rate"]
+                    cpu_ms = 1000 * (r["cpu_proc"] + r["cpu_pg"]) / r["n"]
+                    vol, invol = (x / r["n"] for x in r.get("switches", [0, 0]))
+                    cells.append(
+                        f"{wall:.1f} = {cpu_ms:.1f} + {wall - cpu_ms:.1f} ({vol:.0f}/{invol:.0f})"
+                    )
+                print(f"  {phase:<10} {system:<14} " + ", ".join(cells))
         print()
         shown = [
             (p, w) for p, w in (("resume1", "resume"), ("rule", "rule-decided run")) if p in ran
