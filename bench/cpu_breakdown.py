@@ -34,6 +34,13 @@ PARTS: list[tuple[str, re.Pattern[str]]] = [
         ("database connection checkout (pool, health check)", r"^BaseDatabaseWrapper\.connect "),
         ("worker: run claim + the decided request's read", r"^run_claim_step "),
         ("worker: executor, journal, answer", r"^_answer_for "),
+        # A call a rule decides (bench/vs_langgraph.py's `rule` phase): the approved relay
+        # call's executor and journal, and, around it, the rules' read, match and record.
+        ("worker: a rule-approved call's executor + journal (run_inline)", r"^run_inline "),
+        (
+            "worker: rule read, match, record (request, calls, counter, events)",
+            r"\(approvals/execution/rules\.py\)",
+        ),
         ("engine: run_with_answer / run (toolnexus, fake model)", r"\(toolnexus/|^_drive "),
         ("worker: outcome (transcript, run, applied mark, events)", r"^run_store_result "),
         ("worker: run start and halt bookkeeping (services.run_start)", r"^run_start "),

@@ -15,6 +15,16 @@ touched):
   pending request; `services.request_approve(...)` / `services.request_decline(...)` then the
   worker loop resumes it to `done`.
 
+A phase pair runs without a person, the approval decided by policy (amount <= $1000, every
+prompt's amount under it):
+
+* toolnexus-web `rule`: an enabled Rule approves `refund` for the agent
+  (`args.amount <= 1000`); `services.run_start(...)` then the worker loop takes each run to
+  `done` in one step (the rule decides where the run would halt; no pending request).
+* LangGraph `coded`: the same graph whose tool node decides in code (no `interrupt()`), one
+  `graph.invoke(input, config)` from the prompt to the end, PostgresSaver, default
+  durability.
+
 Both use the same in-process fake model (`fake_model` below): the first turn asks for one
 `refund {order, amount}` call, the turn after the tool result replies with a text that reads
 it (an approval's executor output, or the reviewer's decline reason).
@@ -22,6 +32,7 @@ it (an approval's executor output, or the reviewer's decline reason).
     python bench/vs_langgraph.py                  # N=500, 3 rounds
     python bench/vs_langgraph.py --quick          # N=50, 1 round: a smoke check
     python bench/vs_langgraph.py --runs 200 --rounds 5 --no-pool
+    python bench/vs_langgraph.py --runs 200 --rule-only   # the rule / coded pair alone
 
 Every phase of every round runs in fresh processes (this script with a hidden `--child`
 flag), after a warm-up; see bench/README.md for what each figure means.
@@ -38,6 +49,7 @@ import os
 import platform
 import queue
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -67,6 +79,12 @@ DECIDE_PERMISSION = "approvals.decide_request"
 TW_AGENT = "bench_refund"
 SERVICES, LOOP = "main: services calls", "main: worker loop"
 DECLINE_REASON = "amount exceeds refund policy"
+# The policy of the `rule` / `coded` phases: toolnexus-web's rule (a CEL condition) and
+# LangGraph's tool node (Python) approve a refund up to this amount; every prompt's amount
+# (`prompt_for`: $10 to $909) is under it, so every call is approved.
+POLICY_LIMIT = 1000
+RULE_NAME = "vs_langgraph: refunds up to $1000"
+RULE_CONDITION = f"args.amount <= {POLICY_LIMIT}"
 SYSTEM_PROMPT = "You are a support agent. Refunds need a human's approval."
 REFUND_SCHEMA = {
     "type": "object",
@@ -158,6 +176,15 @@ def cpu_of(pid: int | str, base: str = "/proc") -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def context_switches() -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of this process, all its threads, those
+    that ended included (getrusage): a voluntary one is a thread waiting (for PostgreSQL's
+    reply, a commit's flush, another thread, a lock), an involuntary one a thread put off
+    the CPU for another (here, mostly the machine's other work)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_nvcsw, use.ru_nivcsw
 
 
 def _thread_group(name: str) -> str:
@@ -299,12 +326,14 @@ class Meter:
         self.threads0 = self.thread_cpu()
         self.load0 = os.getloadavg()[0]
         self.cpu0 = os.times()
+        self.switches0 = context_switches()
         self.t0 = time.monotonic()
         self.active = True
 
     def stop(self) -> dict[str, Any]:
         t1 = time.monotonic()
         cpu1 = os.times()
+        switches1 = context_switches()
         threads1 = self.thread_cpu()
         self.active = False
         seen = dict(self.closed)
@@ -330,6 +359,7 @@ class Meter:
             "by_thread": dict(self.by_thread),
             "thread_cpu": thread_cpu,
             "load": [self.load0, os.getloadavg()[0]],
+            "switches": [b - a for a, b in zip(self.switches0, switches1, strict=True)],
         }
 
 
@@ -360,7 +390,16 @@ class State(TypedDict):
     messages: Annotated[list, operator.add]
 
 
-def lg_build(saver: Any) -> Any:
+def coded_decision(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The LangGraph side's approval decided in code (the `coded` phase): the same policy as
+    toolnexus-web's rule in the `rule` phase."""
+    if name == "refund" and args.get("amount", POLICY_LIMIT + 1) <= POLICY_LIMIT:
+        return {"approved": True}
+    return {"approved": False, "reason": DECLINE_REASON}
+
+
+def lg_build(saver: Any, coded: bool = False) -> Any:
+    """The graph; `coded`: its tool node decides the approval in code (no interrupt)."""
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
@@ -383,7 +422,10 @@ def lg_build(saver: Any) -> Any:
         for call in state["messages"][-1]["tool_calls"]:
             name = call["function"]["name"]
             args = json.loads(call["function"]["arguments"])
-            decision = interrupt({"tool": name, "input": args, "call_id": call["id"]})
+            if coded:
+                decision = coded_decision(name, args)
+            else:
+                decision = interrupt({"tool": name, "input": args, "call_id": call["id"]})
             if decision.get("approved"):
                 content = issue_refund(args)
             else:
@@ -463,20 +505,39 @@ def lg_child(spec: dict[str, Any]) -> dict[str, Any]:
         if want not in text or "__interrupt__" in out:
             raise AssertionError(f"thread {tid} ended with {text!r}")
 
+    def to_end(graph: Any, label: int) -> str:
+        """The `coded` phase: one invoke from the prompt to the end, the approval in code."""
+        tid = f"c{label}"
+        state = {
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": prompt_for(label)},
+            ]
+        }
+        out = graph.invoke(state, config(tid))
+        text = out["messages"][-1]["content"]
+        if "__interrupt__" in out or "refund issued" not in text:
+            raise AssertionError(f"thread {tid} ended with {text!r}")
+        return tid
+
+    coded = phase == "coded"
+
     def do(graph: Any, items: list[Any]) -> list[Any]:
         if phase == "halt":
             return [start(graph, label) for label in items]
+        if coded:
+            return [to_end(graph, label) for label in items]
         for tid in items:
             resume(graph, tid, spec["decision"])
         return items
 
     with PostgresSaver.from_conn_string(dsn) as saver:
-        graph = lg_build(saver)
+        graph = lg_build(saver, coded)
         do(graph, spec["warm"])
     # Every connection closed: the backends flushed their statistics.
     xact0, settled0 = meter.settled_xacts() if spec["measure"] else (0, True)
     with PostgresSaver.from_conn_string(dsn) as saver:
-        graph = lg_build(saver)
+        graph = lg_build(saver, coded)
         _wait_go(spec["sync"])
         meter.start()
         ids = do(graph, spec["timed"])
@@ -486,11 +547,12 @@ def lg_child(spec: dict[str, Any]) -> dict[str, Any]:
         m["xacts"] = xact1 - xact0
         m["settled"] = settled0 and settled1
     m["n"] = len(spec["timed"])
-    m["checks"] = (
-        "every thread halted on its interrupt"
-        if phase == "halt"
-        else (f"every thread ended with the expected text ({spec['decision']})")
-    )
+    if phase == "halt":
+        m["checks"] = "every thread halted on its interrupt"
+    elif coded:
+        m["checks"] = "every thread ran to the end in one invoke, approved in code, no interrupt"
+    else:
+        m["checks"] = f"every thread ended with the expected text ({spec['decision']})"
     if phase == "halt":
         m["ids"] = dict(zip(map(str, spec["timed"]), ids, strict=True))
         with PostgresSaver.from_conn_string(dsn) as saver:
@@ -689,6 +751,39 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
             Worker(maintenance_every=0).drain(max_tasks=len(ids) + 10)
         return ids
 
+    def to_end(labels: list[int]) -> list[int]:
+        """The `rule` phase: N runs started, then the worker loop until all N are done (the
+        rule decides each refund where the run would halt: one task per run)."""
+
+        def start_all() -> list[int]:
+            return [
+                services.run_start(agent=agent, prompt=prompt_for(label), started_by=user).pk
+                for label in labels
+            ]
+
+        ids = staged(SERVICES, start_all)
+        staged(LOOP, work, len(ids), all_done(ids))
+        return ids
+
+    def rule_switch(on: bool) -> None:
+        """The rule of the `rule` phase, on for that phase's process only (outside the
+        clock): switched on, every other phase's step would read it and try it."""
+        from approvals.models import Rule
+
+        if not on:
+            Rule.objects.filter(name=RULE_NAME).update(enabled=False)
+            return
+        Rule.objects.update_or_create(
+            name=RULE_NAME,
+            defaults={
+                "agent": agent,
+                "tool": "refund",
+                "effect": Rule.Effect.APPROVE,
+                "condition": RULE_CONDITION,
+                "enabled": True,
+            },
+        )
+
     def pending_requests(run_ids: list[int]) -> list[str]:
         rows = dict(
             ApprovalRequest.objects.filter(run_id__in=run_ids, state="pending").values_list(
@@ -711,13 +806,18 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
         return lambda: Run.objects.filter(pk__in=run_ids, status="done").count() == len(run_ids)
 
     phase = spec["phase"]
+    own_runs = phase in ("halt", "rule")  # phases that start their runs (the others resume)
+    if phase == "rule":
+        rule_switch(True)
     # -- warm-up (its runs were halted for it beforehand; a halt phase halts its own) --------
     if phase == "halt":
         halt(spec["warm"])
+    elif phase == "rule":
+        to_end(spec["warm"])
     else:
         decide(pending_requests(spec["warm"]))
         work(len(spec["warm"]), all_done(spec["warm"]))
-    requests = pending_requests(spec["timed"]) if phase != "halt" else []
+    requests = pending_requests(spec["timed"]) if not own_runs else []
     quiesce()
     xact0, settled0 = meter.settled_xacts() if spec["measure"] else (0, True)
     connection.ensure_connection()  # open (the pool) before the clock starts
@@ -731,6 +831,8 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         if phase == "halt":
             ids = halt(spec["timed"])
+        elif phase == "rule":
+            ids = to_end(spec["timed"])
         else:
             ids = spec["timed"]
             staged(SERVICES, decide, requests)
@@ -769,6 +871,25 @@ def tw_child(spec: dict[str, Any]) -> dict[str, Any]:
         m["ids"].update(zip(map(str, spec["prep"]), prep, strict=True))
         if Run.objects.filter(pk__in=prep).exclude(status="pending").exists():
             raise AssertionError("a prepared run did not halt")
+    elif phase == "rule":
+        rule_switch(False)
+        runs = list(Run.objects.filter(pk__in=ids).values_list("status", "text"))
+        wrong = [(s, t[:80]) for s, t in runs if s != "done" or "refund issued" not in t]
+        if wrong or len(runs) != len(ids):
+            raise AssertionError(f"{len(wrong)} run(s) did not end as expected: {wrong[:3]}")
+        asked = ApprovalRequest.objects.filter(run_id__in=ids)
+        by_rule = asked.filter(decided_by_rule__isnull=False, state="approved").count()
+        if asked.count() != len(ids) or by_rule != len(ids):
+            raise AssertionError(
+                f"{asked.count()} request(s), {by_rule} approved by the rule; {len(ids)} expected"
+            )
+        executions = ToolExecution.objects.filter(run_id__in=ids).count()
+        if executions != len(ids):
+            raise AssertionError(f"{executions} executor run(s) recorded, expected {len(ids)}")
+        m["checks"] = (
+            "every run done with the executor's output, its one request approved by the rule "
+            f"(none pending); executor ran {executions}x"
+        )
     else:
         mine = spec["all_timed"] if spec["sync"] else ids
         runs = list(Run.objects.filter(pk__in=ids).values_list("status", "text"))
@@ -1003,8 +1124,12 @@ PHASES = [
     ("resume1", "resumes, 1 process"),
     ("resume2", "resumes, 2 processes"),
     ("decline", "decline + resume"),
+    ("rule", "runs to done, rule / coded"),
 ]
-PROFILED = ("halt", "resume1", "decline")  # one process each: `--profile` samples these
+# One process each: `--profile` samples these.
+PROFILED = ("halt", "resume1", "decline", "rule")
+# The `rule` phase pair: toolnexus-web's runs approved by a rule, LangGraph's approved in code.
+PHASE_OF = {(LG, "rule"): "coded"}
 
 
 class Bench:
@@ -1104,6 +1229,7 @@ class Bench:
         self.run_one(TW, {"phase": "setup", "db": db}, "tw-setup")
         for system in self.systems:
             self.results[system] = {p: [] for p, _ in PHASES}
+        self.phases = [(p, label) for p, label in PHASES if not self.args.rule_only or p == "rule"]
 
     # -- children --------------------------------------------------------------------------
 
@@ -1148,6 +1274,8 @@ class Bench:
             "resume2": self.labels(n),
             "decline_warm": self.labels(w),
             "decline": self.labels(n),
+            "rule_warm": self.labels(w),
+            "rule": self.labels(n),
         }
 
     def phase(
@@ -1181,6 +1309,15 @@ class Bench:
             res = self.run_one(system, spec, tag)
             ids.update(res.pop("ids"))
             return {**res, **profile}
+        if phase == "rule":
+            spec = {
+                "phase": PHASE_OF.get((system, phase), phase),
+                "warm": plan["rule_warm"],
+                "timed": plan["rule"],
+                "measure": True,
+                **profile,
+            }
+            return {**self.run_one(system, spec, tag), **profile}
         if phase in ("resume1", "decline"):
             warm_key = "resume1_warm" if phase == "resume1" else "decline_warm"
             timed_key = "halt" if phase == "resume1" else "decline"
@@ -1242,7 +1379,7 @@ class Bench:
         for rnd in range(self.args.rounds):
             plans = {s: self.plan_round() for s in systems}
             ids: dict[str, dict[str, Any]] = {s: {} for s in systems}
-            for pi, (phase, label) in enumerate(PHASES):
+            for pi, (phase, label) in enumerate(self.phases):
                 order = systems if (rnd + pi) % 2 == 0 else list(reversed(systems))
                 for system in order:
                     t = time.monotonic()
@@ -1308,68 +1445,74 @@ class Bench:
                 return "n/a"
             return f"{med([y / x for x, y in zip(xs, ys, strict=False)]):.2f}"
 
-        for phase, label in PHASES:
+        ran = [phase for phase, _ in self.phases]
+        for phase, label in self.phases:
             x, y = rates(lg, phase), rates(tw, phase)
             xs = f"{med(x):.1f}" if x else "-"
             print(f"{label:<52} {xs:>12} {med(y):>14.1f} {ratio(x, y):>7}")
-        cx = [
-            p + g
-            for p, g in zip(
-                per_op(lg, "resume1", "cpu_proc"),
-                per_op(lg, "resume1", "cpu_pg"),
-                strict=False,
-            )
-        ]
-        cy = [
-            p + g
-            for p, g in zip(
-                per_op(tw, "resume1", "cpu_proc"),
-                per_op(tw, "resume1", "cpu_pg"),
-                strict=False,
-            )
-        ]
 
-        def cpu_cell(res: Any) -> str:
+        def cpu(res: Any, phase: str) -> list[float]:
+            procs, pgs = per_op(res, phase, "cpu_proc"), per_op(res, phase, "cpu_pg")
+            return [p + g for p, g in zip(procs, pgs, strict=False)]
+
+        def cpu_cell(res: Any, phase: str) -> str:
             if not res:
                 return "-"
             return (
-                f"{med(per_op(res, 'resume1', 'cpu_proc')):.1f} + "
-                f"{med(per_op(res, 'resume1', 'cpu_pg')):.1f}"
+                f"{med(per_op(res, phase, 'cpu_proc')):.1f} + "
+                f"{med(per_op(res, phase, 'cpu_pg')):.1f}"
             )
 
-        r = ratio(cx, cy)
-        print(
-            f"{'CPU ms per resume (process + PostgreSQL backends)':<52} {cpu_cell(lg):>12} "
-            f"{cpu_cell(tw):>14} {r + 'x' if r != 'n/a' else r:>7}"
-        )
-
-        def st_cell(res: Any) -> str:
+        def st_cell(res: Any, phase: str) -> str:
             if not res:
                 return "-"
             return (
-                f"{med(per_op(res, 'resume1', 'statements')):.1f} / "
-                f"{med(per_op(res, 'resume1', 'xacts')):.1f}"
+                f"{med(per_op(res, phase, 'statements')):.1f} / "
+                f"{med(per_op(res, phase, 'xacts')):.1f}"
             )
 
-        print(f"{'statements / transactions per resume':<52} {st_cell(lg):>12} {st_cell(tw):>14}")
+        for phase, what in (("resume1", "resume"), ("rule", "rule-decided run")):
+            if phase not in ran:
+                continue
+            r = ratio(cpu(lg, phase), cpu(tw, phase))
+            print(
+                f"{'CPU ms per ' + what + ' (process + PostgreSQL backends)':<52} "
+                f"{cpu_cell(lg, phase):>12} {cpu_cell(tw, phase):>14} "
+                f"{r + 'x' if r != 'n/a' else r:>7}"
+            )
+            print(
+                f"{'statements / transactions per ' + what:<52} {st_cell(lg, phase):>12} "
+                f"{st_cell(tw, phase):>14}"
+            )
+        if "rule" in ran and lg:
+            each = [t / c for c, t in zip(rates(lg, "rule"), rates(tw, "rule"), strict=False)]
+            verdict = "met" if med(each) >= 1.0 else "missed"
+            print(
+                f"runs to done, a rule (toolnexus-web) / code (LangGraph) approving: median "
+                f"{med(each):.2f} (rounds: {', '.join(f'{v:.2f}' for v in each)}); "
+                f"goal >= 1.0 {verdict}"
+            )
         print()
 
         print("Per round (ops/s):")
-        for phase, label in PHASES:
+        for phase, label in self.phases:
             for system, res in ((LG, lg), (TW, tw)):
                 if res:
                     each = ", ".join(f"{v:.1f}" for v in rates(res, phase))
                     print(f"  {label:<28} {system:<14} {each}")
         print()
-        print("Per operation, one process (median over rounds):")
+        print(
+            "Per operation, one process (median over rounds; rule: LangGraph's is `coded`, "
+            "its approval decided in the tool node):"
+        )
         hd = (
             f"  {'phase':<10} {'system':<14} {'CPU ms proc':>11} {'CPU ms pg':>10} "
             f"{'statements':>10} {'transactions':>12}  rounds (proc+pg ms)"
         )
         print(hd)
-        for phase in ("halt", "resume1", "decline"):
+        for phase in ("halt", "resume1", "decline", "rule"):
             for system, res in ((LG, lg), (TW, tw)):
-                if not res:
+                if not res or not res[phase]:
                     continue
                 procs, pgs = (
                     per_op(res, phase, "cpu_proc"),
@@ -1382,37 +1525,44 @@ class Bench:
                     f"{med(per_op(res, phase, 'xacts')):>12.1f}  {each}"
                 )
         print()
-        print("Statements per resume by kind (last round, 1 process):")
-        for system, res in ((LG, lg), (TW, tw)):
-            if res and res["resume1"]:
-                last = res["resume1"][-1]
-                kinds = sorted(last["kinds"].items(), key=lambda kv: -kv[1])
-                text = ", ".join(f"{k} {v / last['n']:.2f}" for k, v in kinds)
-                print(f"  {system:<14} {text}")
-        print()
         print(
-            "Per resume by thread of the process (median over rounds, 1 process; main = "
-            "the decisions and the worker loop, or LangGraph's invoke):"
+            "Wall against CPU per operation, one process, each round: wall ms (1000 / rate), "
+            "CPU ms (process + PostgreSQL), waited ms (wall - CPU: the machine's other work, "
+            "commits' flushes, hops between threads), the process's context switches "
+            "(voluntary / involuntary):"
         )
-        for system, res in ((LG, lg), (TW, tw)):
-            if not res or not res["resume1"]:
-                continue
-            rows = res["resume1"]
-            order = [SERVICES, LOOP, "main", "main: other", "live-push lanes", "other threads"]
-            groups = sorted(
-                {g for r in rows for g in (*r["by_thread"], *r["thread_cpu"])},
-                key=lambda g: (order.index(g) if g in order else len(order), g),
+        for phase in ("halt", "resume1", "decline", "rule"):
+            for system, res in ((LG, lg), (TW, tw)):
+                if not res or not res[phase]:
+                    continue
+                cells = []
+                for r in res[phase]:
+                    wall = 1000 / r["rate"]
+                    cpu_ms = 1000 * (r["cpu_proc"] + r["cpu_pg"]) / r["n"]
+                    vol, invol = (x / r["n"] for x in r.get("switches", [0, 0]))
+                    cells.append(
+                        f"{wall:.1f} = {cpu_ms:.1f} + {wall - cpu_ms:.1f} ({vol:.0f}/{invol:.0f})"
+                    )
+                print(f"  {phase:<10} {system:<14} " + ", ".join(cells))
+        print()
+        shown = [
+            (p, w) for p, w in (("resume1", "resume"), ("rule", "rule-decided run")) if p in ran
+        ]
+        for phase, what in shown:
+            print(f"Statements per {what} by kind (last round, 1 process):")
+            for system, res in ((LG, lg), (TW, tw)):
+                if res and res[phase]:
+                    last = res[phase][-1]
+                    kinds = sorted(last["kinds"].items(), key=lambda kv: -kv[1])
+                    text = ", ".join(f"{k} {v / last['n']:.2f}" for k, v in kinds)
+                    print(f"  {system:<14} {text}")
+            print()
+        for phase, what in shown:
+            print(
+                f"Per {what} by thread of the process (median over rounds, 1 process; main = "
+                "the decisions and the worker loop, or LangGraph's invoke):"
             )
-            cells = []
-            for g in groups:
-                st = med([r["by_thread"].get(g, 0) / r["n"] for r in rows])
-                ms = med([1000 * r["thread_cpu"].get(g, 0.0) / r["n"] for r in rows])
-                cells.append(f"{g}: {st:.1f} statements, {ms:.1f} ms CPU")
-            gone = med(
-                [1000 * (r["cpu_proc"] - sum(r["thread_cpu"].values())) / r["n"] for r in rows]
-            )
-            cells.append(f"threads that ended during the phase: {gone:.1f} ms CPU")
-            print(f"  {system:<14} " + "; ".join(cells))
+            self.report_threads(phase)
         unsettled = [
             f"{s} {p}"
             for s, res in self.results.items()
@@ -1429,7 +1579,7 @@ class Bench:
         for system, res in self.results.items():
             for phase, label in PHASES:
                 if res[phase]:
-                    print(f"  {system:<14} {label:<26} {res[phase][-1]['checks']}")
+                    print(f"  {system:<14} {label:<28} {res[phase][-1]['checks']}")
         print()
         print("Settings:")
         print(
@@ -1444,9 +1594,10 @@ class Bench:
             v = self.versions[LG]
             print("  LangGraph venv: " + ", ".join(f"{k} {val}" for k, val in v.items()))
             print(
-                "  LangGraph: StateGraph model -> tools (interrupt) -> model, PostgresSaver."
-                "from_conn_string (one connection per process, autocommit, no pipeline), "
-                "default durability (async), plain-dict messages"
+                "  LangGraph: StateGraph model -> tools (interrupt; `coded`: decided in the "
+                "node, no interrupt) -> model, PostgresSaver.from_conn_string (one connection "
+                "per process, autocommit, no pipeline), default durability (async), plain-dict "
+                "messages"
             )
         tv = self.versions.get(TW, {})
         print(
@@ -1459,11 +1610,41 @@ class Bench:
             f"REDIS_URL unset (in-memory channel layer), agent "
             f"{TW_AGENT if a.tw_agent == 'bench' else 'demo'}, worker loop = Worker.run_forever"
         )
+        if any(p == "rule" for p, _ in self.phases):
+            print(
+                f"  rule / coded: toolnexus-web's rule {RULE_NAME!r} (approve refund for the "
+                f"agent, condition {RULE_CONDITION!r}, on in that phase's process only); "
+                f"LangGraph's tool node approves amount <= {POLICY_LIMIT} in code"
+            )
         print(
             "  statements: counted in each process by wrapping psycopg Cursor.execute/"
             "executemany (pg_stat_statements is not preloaded on this server); transactions: "
             "pg_stat_database xact_commit + xact_rollback of the bench database"
         )
+
+    def report_threads(self, phase: str) -> None:
+        """Per operation of `phase` by thread group: statements and CPU (median over rounds)."""
+        med = statistics.median
+        for system in (LG, TW):
+            res = self.results.get(system)
+            if not res or not res[phase]:
+                continue
+            rows = res[phase]
+            order = [SERVICES, LOOP, "main", "main: other", "live-push lanes", "other threads"]
+            groups = sorted(
+                {g for r in rows for g in (*r["by_thread"], *r["thread_cpu"])},
+                key=lambda g: (order.index(g) if g in order else len(order), g),
+            )
+            cells = []
+            for g in groups:
+                st = med([r["by_thread"].get(g, 0) / r["n"] for r in rows])
+                ms = med([1000 * r["thread_cpu"].get(g, 0.0) / r["n"] for r in rows])
+                cells.append(f"{g}: {st:.1f} statements, {ms:.1f} ms CPU")
+            gone = med(
+                [1000 * (r["cpu_proc"] - sum(r["thread_cpu"].values())) / r["n"] for r in rows]
+            )
+            cells.append(f"threads that ended during the phase: {gone:.1f} ms CPU")
+            print(f"  {system:<14} " + "; ".join(cells))
 
     def report_profile(self, tw: dict[str, list[dict[str, Any]]], per_op: Any) -> None:
         """Where toolnexus-web's process CPU per operation goes (`--profile`)."""
@@ -1501,6 +1682,16 @@ def _cpu_breakdown() -> Any:
     return cpu_breakdown
 
 
+def machine_speed() -> float:
+    """bench/inbox_scale.py's fixed Python loop, ms (lower is faster): other work on the
+    host slows this machine by up to 2x for minutes at a time; printed before and after."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.inbox_scale import machine_speed as loop_ms
+
+    return loop_ms()
+
+
 def git_describe() -> str:
     try:
         rev = subprocess.run(
@@ -1536,6 +1727,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10, help="warm-up operations per process")
     ap.add_argument("--quick", action="store_true", help="N=50, 1 round, 5 warm-ups: a smoke check")
     ap.add_argument("--no-langgraph", action="store_true", help="run toolnexus-web alone")
+    ap.add_argument(
+        "--rule-only",
+        action="store_true",
+        help="only the rule / coded phase pair (runs approved by a rule / in code)",
+    )
     ap.add_argument(
         "--pool",
         action=argparse.BooleanOptionalAction,
@@ -1581,12 +1777,15 @@ def main(argv: list[str] | None = None) -> int:
             f"python {platform.python_version()}, {os.cpu_count()} CPU(s); "
             f"N={args.runs}, rounds={args.rounds}, warm-up={args.warmup}, "
             f"pool={'on' if args.pool else 'off'}, "
-            f"prepared={'on' if args.prepared else 'off'}",
+            f"prepared={'on' if args.prepared else 'off'}; "
+            f"machine speed: a fixed Python loop takes {machine_speed():.0f} ms "
+            f"(lower is faster)",
             flush=True,
         )
         bench.setup()
         bench.run()
         bench.report()
+        print(f"  machine speed at the end: {machine_speed():.0f} ms")
         if args.json:
             args.json.write_text(json.dumps(bench.to_json(), indent=2) + "\n")
         ok = True
