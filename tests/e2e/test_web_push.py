@@ -83,23 +83,30 @@ def test_turning_push_on_registers_the_worker_and_lists_the_browser(app, context
         "url": app.url("/requests/abc/"),
         "tag": "toolnexus-e2e",
     }
-    cdp.send(
-        "ServiceWorker.deliverPushMessage",
-        {
-            "origin": app.base_url,
-            "registrationId": ours[0]["registrationId"],
-            "data": json.dumps(message),
-        },
-    )
+    page.evaluate("() => navigator.serviceWorker.ready.then(() => true)")  # active
     shown = []
-    for _ in range(WAIT * 10):
-        shown = page.evaluate(
-            """() => navigator.serviceWorker.ready.then(r => r.getNotifications()).then(ns =>
-                 ns.map(n => ({ title: n.title, body: n.body, tag: n.tag, url: n.data && n.data.url })))"""
+    # Delivered again if nothing shows: DevTools drops a push that reaches the worker while
+    # it is still being started (seen once in a loaded full run). The same tag replaces a
+    # notification, so a second delivery cannot show two.
+    for _ in range(3):
+        cdp.send(
+            "ServiceWorker.deliverPushMessage",
+            {
+                "origin": app.base_url,
+                "registrationId": ours[0]["registrationId"],
+                "data": json.dumps(message),
+            },
         )
+        for _ in range(WAIT * 4):
+            shown = page.evaluate(
+                """() => navigator.serviceWorker.ready.then(r => r.getNotifications()).then(ns =>
+                     ns.map(n => ({ title: n.title, body: n.body, tag: n.tag, url: n.data && n.data.url })))"""
+            )
+            if shown:
+                break
+            page.wait_for_timeout(100)
         if shown:
             break
-        page.wait_for_timeout(100)
     assert shown == [message]
 
     # Remove: the browser is no longer listed.
